@@ -1,0 +1,14 @@
+"""lab_utils: the helper library behind the distributed-training labs.
+
+Notebooks teach; this package computes. Importing it is cheap on purpose: every rank
+imports it at start-up, so heavy modules (plotly, ipywidgets) load only in the
+sub-packages that need them (``lab_utils.viz``).
+
+Main entry points:
+    run(fn, world_size, *args, **kwargs)  launch fn on real ranks (lab 00)
+    Ctx                                   what each rank's fn receives
+"""
+from lab_utils.launch import RankFailure, RankTimeout, RunResults, run
+from lab_utils.context import Ctx
+
+__all__ = ["run", "Ctx", "RunResults", "RankFailure", "RankTimeout"]

@@ -1,0 +1,54 @@
+"""Pure calculators behind the labs: memory, communication, bubbles, scaling, planning.
+
+No torch, no torch.distributed: every function is plain Python on numbers, returns BYTES /
+SECONDS / FRACTIONS, and raises ``ValueError`` with a readable message on bad input (widgets
+show it). Each docstring gives the formula, its source and the lab that introduces it.
+
+    units        GB, GiB, fmt_bytes                               (lab 01)
+    params       ModelConfig, param_count, PRESETS                (lab 01)
+    memory       model_state_memory, RECIPES (ZeRO 0-3)           (labs 01, 05)
+    activations  activation_bytes_per_layer, activation_memory    (labs 01, 02, 06, 07)
+    comm         ring_bytes_per_rank, collective_time, busbw      (labs 03-08)
+    pipeline     bubble, schedule (ideal timelines)               (lab 07)
+    timeline     bubble_from_timeline (measured or simulated)     (labs 07, 09)
+    scaling      amdahl_speedup, fit_serial_fraction, mfu         (lab 09)
+    hardware     DEVICES, LINKS, Cluster                          (labs 03, 08, 09)
+    planner      plan, check_config                               (labs 08, 11)
+"""
+from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
+                                        activation_memory, in_flight_microbatches)
+from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
+                                 busbw_factor, collective_time, dp_bytes_per_rank,
+                                 fit_alpha_beta, pp_bytes_per_microbatch, ring_bytes_per_rank,
+                                 tp_layer_comm)
+from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
+from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
+                                   model_state_memory, zero_memory_table)
+from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, ModelConfig, ParamCount,
+                                   narayanan_param_count, param_count, preset)
+from lab_utils.calc.pipeline import Bubble, Event, Schedule, bubble, schedule
+from lab_utils.calc.planner import Plan, best_per_layout, check_config, evaluate, plan
+from lab_utils.calc.scaling import (SerialFit, amdahl_limit, amdahl_speedup,
+                                    fit_serial_fraction, flops_per_token, gustafson_speedup,
+                                    megatron_flops_per_step, mfu)
+from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
+from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
+
+__all__ = [
+    "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
+    "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
+    "NARAYANAN_TABLE1",
+    "Recipe", "RECIPES", "ModelStateMemory", "model_state_memory", "zero_memory_table",
+    "max_params_that_fit",
+    "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
+    "in_flight_microbatches",
+    "ring_bytes_per_rank", "collective_time", "alg_bandwidth", "busbw_factor", "bus_bandwidth",
+    "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
+    "fit_alpha_beta", "AlphaBetaFit",
+    "Bubble", "bubble", "Event", "Schedule", "schedule", "TimelineBubble",
+    "bubble_from_timeline",
+    "amdahl_speedup", "amdahl_limit", "gustafson_speedup", "fit_serial_fraction", "SerialFit",
+    "flops_per_token", "mfu", "megatron_flops_per_step",
+    "Device", "DEVICES", "Link", "LINKS", "Cluster", "dgx_a100", "dgx_h100",
+    "Plan", "evaluate", "plan", "check_config", "best_per_layout",
+]

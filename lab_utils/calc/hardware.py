@@ -1,0 +1,113 @@
+"""Device peaks, interconnect speeds and the ``Cluster`` the planner works on (labs 03, 08, 09).
+
+Figures are vendor datasheet values. FLOP/s are DENSE 16-bit tensor-core peaks (datasheets
+often print the 2:4-sparsity figure, twice as large: do not use it for MFU). Link speeds are
+bytes/s PER DIRECTION: NVIDIA quotes NVLink as total bidirectional bandwidth (H100: 900 GB/s
+= 450 GB/s each way); network links are quoted in bits/s (400 Gb/s = 50 GB/s).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lab_utils.calc._check import nonneg_num, pos_int, pos_num
+from lab_utils.calc.units import GB, GiB
+
+
+@dataclass(frozen=True)
+class Device:
+    """An accelerator: dense bf16/fp16 peak FLOP/s, memory bytes, memory bandwidth bytes/s."""
+
+    name: str
+    peak_flops: float
+    memory_bytes: float
+    mem_bandwidth: float
+    source: str
+
+
+DEVICES: dict[str, Device] = {d.name: d for d in (
+    Device("V100-SXM2-32GB", 125e12, 32 * GB, 900e9,
+           "NVIDIA Tesla V100 datasheet (fp16 tensor core; no bf16)"),
+    Device("T4", 65e12, 16 * GB, 320e9, "NVIDIA T4 datasheet (fp16 tensor core)"),
+    Device("L4", 121e12, 24 * GB, 300e9, "NVIDIA L4 datasheet (242 with sparsity)"),
+    Device("A100-SXM4-40GB", 312e12, 40 * GB, 1555e9, "NVIDIA A100 datasheet (bf16 dense)"),
+    Device("A100-SXM4-80GB", 312e12, 80 * GB, 2039e9, "NVIDIA A100 datasheet (bf16 dense)"),
+    Device("H100-PCIe-80GB", 756e12, 80 * GB, 2.0e12,
+           "NVIDIA H100 datasheet (bf16 dense; 1513 with sparsity)"),
+    Device("H100-SXM5-80GB", 989e12, 80 * GB, 3.35e12,
+           "NVIDIA H100 datasheet (bf16 dense; 1979 with sparsity)"),
+    Device("H200-SXM-141GB", 989e12, 141 * GB, 4.8e12,
+           "NVIDIA H200 datasheet (bf16 dense; same compute as H100 SXM)"),
+    Device("MI300X", 1307.4e12, 192 * GB, 5.3e12, "AMD Instinct MI300X datasheet (bf16 dense)"),
+    Device("TPU-v4", 275e12, 32 * GiB, 1200e9, "Google Cloud TPU v4 documentation (bf16)"),
+)}
+
+
+@dataclass(frozen=True)
+class Link:
+    """An interconnect: ``bytes_per_s`` per direction, per GPU (or per port for networks)."""
+
+    name: str
+    bytes_per_s: float
+    note: str
+
+
+LINKS: dict[str, Link] = {k.name: k for k in (
+    Link("NVLink3", 300e9, "A100: 12 links, 600 GB/s total bidirectional per GPU"),
+    Link("NVLink4", 450e9, "H100: 18 links, 900 GB/s total bidirectional per GPU"),
+    Link("PCIe4-x16", 32e9, "PCIe Gen4 x16, ~32 GB/s each way"),
+    Link("PCIe5-x16", 64e9, "PCIe Gen5 x16, ~64 GB/s each way"),
+    Link("IB-HDR", 25e9, "InfiniBand HDR 200 Gb/s per port"),
+    Link("IB-NDR", 50e9, "InfiniBand NDR 400 Gb/s per port"),
+    Link("100GbE", 12.5e9, "100 Gb/s Ethernet"),
+    Link("25GbE", 3.125e9, "25 Gb/s Ethernet"),
+    Link("10GbE", 1.25e9, "10 Gb/s Ethernet"),
+    Link("1GbE", 0.125e9, "1 Gb/s Ethernet"),
+)}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A homogeneous GPU cluster as the planner sees it (lab 08).
+
+    Bandwidths are bytes/s per GPU per direction: ``intra_node_bw`` between GPUs of one
+    node (NVLink), ``inter_node_bw`` from one GPU to another node (its share of the NICs).
+    ``*_latency_s`` are the alpha of the alpha-beta model.
+    """
+
+    gpus_per_node: int
+    n_nodes: int
+    gpu_mem_bytes: float
+    intra_node_bw: float
+    inter_node_bw: float
+    peak_flops: float
+    intra_node_latency_s: float = 5e-6
+    inter_node_latency_s: float = 10e-6
+    name: str = "cluster"
+
+    def __post_init__(self) -> None:
+        pos_int("Cluster.gpus_per_node", self.gpus_per_node)
+        pos_int("Cluster.n_nodes", self.n_nodes)
+        for f in ("gpu_mem_bytes", "intra_node_bw", "inter_node_bw", "peak_flops"):
+            pos_num(f"Cluster.{f}", getattr(self, f))
+        nonneg_num("Cluster.intra_node_latency_s", self.intra_node_latency_s)
+        nonneg_num("Cluster.inter_node_latency_s", self.inter_node_latency_s)
+
+    @property
+    def world(self) -> int:
+        return self.gpus_per_node * self.n_nodes
+
+
+def dgx_a100(n_nodes: int) -> Cluster:
+    """DGX A100 80GB nodes: 8 GPUs, NVLink3, one HDR 200 Gb/s NIC per GPU (NVIDIA DGX A100
+    datasheet). The cluster of Narayanan et al. 2021; labs 08, 11."""
+    d = DEVICES["A100-SXM4-80GB"]
+    return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink3"].bytes_per_s,
+                   LINKS["IB-HDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX A100")
+
+
+def dgx_h100(n_nodes: int) -> Cluster:
+    """DGX H100 nodes: 8 GPUs, NVLink4, one NDR 400 Gb/s NIC per GPU (NVIDIA DGX H100
+    datasheet). Labs 08, 11."""
+    d = DEVICES["H100-SXM5-80GB"]
+    return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink4"].bytes_per_s,
+                   LINKS["IB-NDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX H100")
