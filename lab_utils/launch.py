@@ -39,6 +39,7 @@ import cloudpickle
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
+TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
 _TIMEOUT_MARKERS = ("timed out", "timeout", "Timeout")
 _LIVE: set[subprocess.Popen] = set()  # torchrun processes still running, for atexit
 
@@ -71,6 +72,7 @@ class RunResults(list):
     backend: str
     world_size: int
     oversubscribed: bool
+    clean_exit: bool  # every rank finished barrier + destroy_process_group and left on its own
     log: list[str]
 
 
@@ -251,7 +253,11 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     payload_path = os.path.join(tmp, "payload.pkl")
     with open(payload_path, "wb") as f:
         f.write(payload)
+    # The ranks import what the caller can import: a function defined in a test module or a
+    # script travels by reference, so its module must be importable on the ranks too.
+    python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), LAB_UTILS_ROOT=PACKAGE_ROOT,
+               PYTHONPATH=python_path,
                PYTHONUNBUFFERED="1",
                # gloo picks its network interface by resolving the host name unless told;
                # name it, so forked ranks never enter the resolver (see torchrun_command)
@@ -265,6 +271,8 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     log: list[str] = []
     first_error_at: float | None = None
+    all_done_at: float | None = None
+    exited: set[str] = set()
     deadline_hit = False
     next_progress = start + 10.0
     try:
@@ -278,12 +286,18 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
                 if not quiet and line.startswith("[rank "):
                     print(line, flush=True)
             now = time.perf_counter()
-            done = {int(n[4:-3]) for n in os.listdir(tmp) if n.endswith(".ok")}
-            failed = any(n.endswith(".err") for n in os.listdir(tmp))
+            names = os.listdir(tmp)
+            done = {int(n[4:-3]) for n in names if n.endswith(".ok")}
+            exited = {n for n in names if n.endswith(".done")}
+            failed = any(n.endswith(".err") for n in names)
             if failed and first_error_at is None:
                 first_error_at = now
+            if len(exited) == world_size:
+                break  # every rank reported and tore down cleanly
             if len(done) == world_size:
-                break  # every result is on disk; the ranks' teardown is not worth waiting for
+                all_done_at = all_done_at or now
+                if now - all_done_at > TEARDOWN_GRACE_S:
+                    break  # results are safe; a teardown this slow is reported, not waited for
             if line is None or (proc.poll() is not None and lines.empty()):
                 break
             if first_error_at is not None and now - first_error_at > RESULT_GRACE_S:
@@ -320,5 +334,9 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     results.backend = backend
     results.world_size = world_size
     results.oversubscribed = note is not None
+    results.clean_exit = len(exited) == world_size
     results.log = log
+    if not results.clean_exit and not quiet:
+        print(f"[lab_utils] warning: {world_size - len(exited)} rank(s) did not finish tearing down "
+              f"within {TEARDOWN_GRACE_S:g} s and were killed (results are complete)", flush=True)
     return results

@@ -1,0 +1,77 @@
+"""How fast each explorer redraws after one control changes (goal: median <= 50 ms).
+
+Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_widgets.py [--repeats 25]
+
+For each widget we set ONE control's ``.value`` (what a slider or text box does in the browser;
+the observe callback runs synchronously) to a fresh value, and time until it returns, then check
+that the figure's data really changed. No browser: this is the Python side of an update
+(validate -> calculator -> figure spec -> FigureWidget diff); the browser's redraw comes on top.
+A shared or loaded machine inflates the numbers; compare runs on the same machine.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
+                           PlannerWidget)
+
+GOAL_MS = 50.0
+
+
+def _data(w: Any) -> list[tuple]:
+    return [(tuple(t.x), tuple(t.y)) for t in w.figure.data if t.x is not None]
+
+
+def bench(name: str, make: Callable[[], Any], control: str,
+          values: Callable[[int], Any], repeats: int) -> float:
+    t0 = time.perf_counter()
+    w = make()
+    build_ms = (time.perf_counter() - t0) * 1e3
+    times = []
+    for i in range(repeats):
+        before = _data(w)
+        t = time.perf_counter()
+        w.controls[control].value = values(i)
+        times.append((time.perf_counter() - t) * 1e3)
+        if w.error_message or _data(w) == before:
+            raise SystemExit(f"{name}: setting {control}={values(i)!r} did not redraw "
+                             f"({w.error_message or 'figure data unchanged'})")
+    med = statistics.median(times)
+    flag = "ok" if med <= GOAL_MS else "SLOW"
+    print(f"{name:<34} {control:<16} median {med:7.1f} ms  (min {min(times):6.1f}, max "
+          f"{max(times):7.1f}, n={repeats}; build {build_ms:6.0f} ms)  {flag}")
+    return med
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=25)
+    n = ap.parse_args().repeats
+    if n < 20:
+        raise SystemExit("use at least 20 repeats for a stable median")
+    print(f"median time from control change to updated figure data, goal <= {GOAL_MS:g} ms")
+    bench("memory explorer (7B, compare)", MemoryExplorer, "dp", lambda i: 2 + i, n)
+    bench("bubble explorer (1f1b, p=4)", BubbleExplorer, "m", lambda i: 4 + i, n)
+    # Every value is new, so the explorer's per-state cache never answers for the simulator.
+    bench("bubble explorer (interleaved, p=2)",
+          lambda: BubbleExplorer(schedule="interleaved", p=2, m=4, v=2), "m",
+          lambda i: 2 * (3 + i), n)
+    bench("collective explorer (sweep N<=64)", CollectiveExplorer, "n", lambda i: 40 + i, n)
+    bench("collective explorer (sweep size)", lambda: CollectiveExplorer(sweep="size"),
+          "size_mb", lambda i: 1.0 + i, n)
+    bench("amdahl explorer", AmdahlExplorer, "serial_fraction", lambda i: 0.01 * (1 + i), n)
+    # The planner's cost is calc.plan itself (every DP x TP x PP x ZeRO x micro-batch x
+    # recompute combination); table-only controls reuse the cached plan list.
+    bench("planner (llama2-7b, 16 GPUs)", lambda: PlannerWidget(model="llama2-7b", n_nodes=2,
+                                                                global_batch=64), "global_batch",
+          lambda i: 64 * (2 + i), n)
+    bench("planner (llama2-70b, 256 GPUs)", PlannerWidget, "global_batch",
+          lambda i: 256 * (1 + i), n)
+    bench("planner rows shown (cached plans)", PlannerWidget, "top_k", lambda i: 3 + i % 8, n)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Data parallelism from scratch (lab 04): NaiveDDP, then BucketDDP, then torch's DDP.
+
+Every rank holds a full replica of the model and runs forward/backward on ITS shard of the
+global batch; averaging the gradients over ranks gives exactly the gradient of the mean loss over
+the global batch (equal shards), so every replica takes the same optimizer step.
+
+Communication, N ranks, P = bytes of the trainable gradients, B = bytes of the buffers:
+  construction : broadcast of every parameter and buffer from rank 0        ~ (params + B) once
+  each forward : broadcast of the buffers from rank 0 (broadcast_buffers)   ~ B
+  each step    : all-reduce of every gradient; a ring sends 2(N-1)/N * P bytes per rank
+NaiveDDP sends P as one blocking all-reduce PER PARAMETER after backward: nothing overlaps and the
+latency term is n_params * 2(N-1) * alpha. BucketDDP sends the same P bytes as one async
+all-reduce per BUCKET (~bucket_cap_bytes), launched during backward as soon as a bucket's last
+gradient is ready, so communication overlaps the rest of backward (Li et al. 2020, PyTorch DDP).
+
+Training loop (both classes, and the same shape as with torch DDP):
+    out = ddp(x); loss_fn(out, y).backward()
+    ddp.finish_gradient_synchronization()      # naive: all-reduce now; bucket: wait + copy back
+    optimizer.step()
+Gradient accumulation: run the first K-1 micro-batches inside `with ddp.no_sync():` (no
+communication, .grad accumulates locally); the next synchronised backward reduces the sum.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def broadcast_from_rank0(tensors: list[torch.Tensor], group: Any = None) -> None:
+    """Overwrite each tensor with group rank 0's copy: one dist.broadcast per tensor (~D bytes)."""
+    for t in tensors:
+        dist.broadcast(t.detach(), group=group, group_src=0)
+
+
+class _DataParallelBase(nn.Module):
+    """What both from-scratch DDPs share: replicas start equal, buffers follow rank 0, no_sync."""
+
+    def __init__(self, module: nn.Module, group: Any = None, broadcast_buffers: bool = True):
+        super().__init__()
+        self.module = module
+        self.group = group if group is not None else dist.group.WORLD
+        self.world_size = dist.get_world_size(self.group)
+        self.broadcast_buffers = broadcast_buffers
+        self.require_grad_sync = True  # False inside no_sync()
+        self._sync_pending = False  # did the last forward promise a synchronised backward?
+        # module.parameters() yields a shared (tied) Parameter ONCE: it has one .grad, which
+        # autograd already sums over its uses, so it is reduced once. Frozen ones need no grad.
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.names = {id(p): n for n, p in module.named_parameters()}
+        # Different seeds or a rank that loaded another checkpoint would train different models.
+        broadcast_from_rank0(list(module.parameters()) + list(module.buffers()), self.group)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.broadcast_buffers:
+            # BatchNorm's running stats are updated from each rank's own shard, so replicas drift;
+            # like torch DDP, every forward starts from rank 0's buffers.
+            broadcast_from_rank0(list(self.module.buffers()), self.group)
+        # Decided at forward time, as in torch DDP: a forward run under no_sync() gives a
+        # backward that does not communicate, wherever that backward is called.
+        self._sync_pending = self.require_grad_sync and torch.is_grad_enabled()
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Forwards/backwards in here do not communicate; gradients accumulate in .grad."""
+        previous, self.require_grad_sync = self.require_grad_sync, False
+        try:
+            yield
+        finally:
+            self.require_grad_sync = previous
+
+
+class NaiveDDP(_DataParallelBase):
+    """After backward, one blocking all-reduce per parameter gradient, then divide by N.
+
+    Cost per step: n_params all-reduces, 2(N-1)/N * P bytes per rank in total, none of it
+    overlapped with computation (picotron's DataParallelNaive, minus the per-grad hooks).
+    """
+
+    def finish_gradient_synchronization(self) -> None:
+        if not self._sync_pending:
+            return  # the last forward ran under no_sync(): keep accumulating locally
+        for p in self.params:
+            if p.grad is None:
+                continue  # unused this step on every rank (same graph on every rank)
+            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.group)
+            p.grad.div_(self.world_size)  # gloo has no AVG (nor PREMUL_SUM): sum, then divide
+        self._sync_pending = False
+
+
+@dataclass(eq=False)
+class Bucket:
+    """A group of parameters whose gradients travel together in ONE flat all-reduce.
+
+    buffer: (sum of the params' numel,) flat tensor; param i's gradient lives in
+    buffer[offsets[i] : offsets[i] + params[i].numel()] while the bucket is in flight.
+    """
+
+    params: list[nn.Parameter]
+    buffer: torch.Tensor
+    offsets: list[int]
+    group: Any
+    world_size: int
+    num_ready: int = 0  # gradients copied in during this backward
+    work: Any = None  # the async all-reduce's handle (dist.Work) once launched
+    _slot: dict[int, int] = field(default_factory=dict)  # id(param) -> index in params
+
+    def __post_init__(self) -> None:
+        self._slot = {id(p): i for i, p in enumerate(self.params)}
+
+    def grad_view(self, param: nn.Parameter) -> torch.Tensor:
+        """The slice of `buffer` that holds `param`'s gradient, shaped like `param`."""
+        i = self._slot[id(param)]
+        return self.buffer[self.offsets[i] : self.offsets[i] + param.numel()].view_as(param)
+
+
+def grad_ready(bucket: Bucket, param: nn.Parameter) -> None:
+    """Called once per backward when param.grad is final: flatten it into its bucket and, when it
+    is the bucket's LAST gradient, launch the bucket's all-reduce without waiting for it."""
+    bucket.grad_view(param).copy_(param.grad)  # flatten: this gradient's slot in the flat buffer
+    bucket.num_ready += 1
+    if bucket.num_ready == len(bucket.params):  # launching earlier would send missing slots
+        bucket.buffer.div_(bucket.world_size)  # average = sum of (grad / N); gloo has no AVG
+        bucket.work = dist.all_reduce(bucket.buffer, group=bucket.group, async_op=True)
+
+
+GradReadyFn = Callable[[Bucket, nn.Parameter], None]
+
+
+class BucketDDP(_DataParallelBase):
+    """Gradients are reduced in buckets of ~bucket_cap_bytes, overlapping the rest of backward.
+
+    Parameters go into buckets in REVERSE registration order, because backward produces the
+    gradients of the last layers first; a parameter's post-accumulate-grad hook calls
+    `grad_ready_fn` (default `grad_ready`), which launches the bucket's async all-reduce as soon
+    as the bucket is complete. `finish_gradient_synchronization` waits on every handle and copies
+    the averaged gradients back into .grad (unflatten).
+
+    Cost per step: n_buckets all-reduces, the same 2(N-1)/N * P bytes per rank as NaiveDDP, plus
+    one extra copy of the gradients (in and out of the flat buffers). Every rank must build the
+    same buckets and see gradients in the same order, so collectives match (same model, same
+    graph). A trainable parameter that gets no gradient leaves its bucket unlaunched: an error
+    here (torch DDP's find_unused_parameters=True handles that case).
+    """
+
+    def __init__(self, module: nn.Module, bucket_cap_bytes: int = 25 * 2**20, group: Any = None,
+                 broadcast_buffers: bool = True, grad_ready_fn: GradReadyFn = grad_ready):
+        super().__init__(module, group, broadcast_buffers)
+        if bucket_cap_bytes <= 0:
+            raise ValueError(f"bucket_cap_bytes must be positive, got {bucket_cap_bytes}")
+        self.bucket_cap_bytes = bucket_cap_bytes
+        self.grad_ready_fn = grad_ready_fn
+        self.buckets = self._build_buckets(list(reversed(self.params)))
+        self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
+                       for p in self.params]
+
+    def _build_buckets(self, params: list[nn.Parameter]) -> list[Bucket]:
+        groups: list[list[nn.Parameter]] = []
+        size = 0
+        for p in params:
+            nbytes = p.numel() * p.element_size()
+            # Close the current bucket when it is full, or when the dtype changes (one flat
+            # buffer has one dtype). A parameter larger than the cap gets a bucket of its own.
+            if not groups or size >= self.bucket_cap_bytes or p.dtype != groups[-1][0].dtype:
+                groups.append([])
+                size = 0
+            groups[-1].append(p)
+            size += nbytes
+        buckets = []
+        for ps in groups:
+            offsets = [0]
+            for p in ps[:-1]:
+                offsets.append(offsets[-1] + p.numel())
+            buffer = torch.zeros(sum(p.numel() for p in ps), dtype=ps[0].dtype, device=ps[0].device)
+            buckets.append(Bucket(ps, buffer, offsets, self.group, self.world_size))
+        return buckets
+
+    def _on_grad_ready(self, param: nn.Parameter) -> None:
+        if self._sync_pending:  # under no_sync(): the gradient just accumulates in .grad
+            self.grad_ready_fn(self._bucket_of[id(param)], param)
+
+    def finish_gradient_synchronization(self) -> None:
+        if not self._sync_pending:
+            return
+        self._sync_pending = False
+        for i, bucket in enumerate(self.buckets):
+            if bucket.work is None:
+                missing = [self.names[id(p)] for p in bucket.params if p.grad is None]
+                arrived, bucket.num_ready = bucket.num_ready, 0
+                raise RuntimeError(
+                    f"bucket {i} was never launched ({arrived}/{len(bucket.params)} gradients "
+                    f"arrived; parameters without a gradient: {missing}). Every trainable "
+                    "parameter must get a gradient in every synchronised backward; freeze "
+                    "unused ones (requires_grad=False).")
+        for bucket in self.buckets:
+            bucket.work.wait()  # the all-reduce has been running since it was launched
+            for p in bucket.params:
+                p.grad.copy_(bucket.grad_view(p))  # unflatten: the averaged gradient back
+            bucket.num_ready, bucket.work = 0, None
+
+    def remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+
+
+class SyncBatchNorm1d(nn.Module):
+    """BatchNorm1d over the GLOBAL batch: statistics summed over ranks with one all-reduce.
+
+    torch.nn.SyncBatchNorm only runs on GPUs; this CPU version shows the idea. Forward sends one
+    all-reduce of (count, sum, sum of squares): (2C + 1) floats; its autograd twin
+    (torch.distributed.nn.functional.all_reduce) all-reduces their gradients in backward.
+    Wraps an existing BatchNorm1d `bn` (its weight, bias and running stats). Input (B, C).
+    """
+
+    def __init__(self, bn: nn.BatchNorm1d, group: Any = None):
+        super().__init__()
+        self.bn = bn
+        self.group = group if group is not None else dist.group.WORLD
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
+
+        bn = self.bn
+        if not self.training:
+            return bn(x)  # eval uses the running stats: nothing to synchronise
+        count = torch.full((1,), float(x.shape[0]), dtype=x.dtype, device=x.device)
+        stats = torch.cat([count, x.sum(0), (x * x).sum(0)])  # (2C + 1,)
+        stats = differentiable_all_reduce(stats, group=self.group)
+        n, total, total_sq = stats[0], stats[1 : 1 + x.shape[1]], stats[1 + x.shape[1] :]
+        mean = total / n  # (C,) over the global batch
+        var = total_sq / n - mean * mean  # biased variance, what BatchNorm normalises with
+        with torch.no_grad():  # running stats use the unbiased variance, as nn.BatchNorm1d does
+            m = bn.momentum
+            bn.running_mean.mul_(1 - m).add_(m * mean)
+            bn.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
+            bn.num_batches_tracked += 1
+        y = (x - mean) / torch.sqrt(var + bn.eps)
+        return y * bn.weight + bn.bias

@@ -1,0 +1,351 @@
+"""The exercise mechanism: register an exercise, check a learner's function ON REAL RANKS.
+
+A learner writes a function in a notebook cell; ``check("<name>", fn)`` (or the shortcut
+``check_<name>(fn)``) launches ``world_size`` ranks with ``lab_utils.run``, runs the exercise's
+check on every rank with the learner's ``fn``, and prints and returns a ``CheckResult``. It
+never raises for a wrong answer: a wrong value, an exception in the learner's code (its
+traceback is shown), a deadlock (the stuck ranks are named) and a stub that raises
+``NotImplementedError`` ("not implemented yet") all come back as ``passed=False``.
+
+HOW TO WRITE AN EXERCISE MODULE (one file per exercise in ``lab_utils/exercises/``; every
+module whose name does not start with ``_`` is imported automatically when an exercise is
+first looked up, so adding the file is all it takes):
+
+    # lab_utils/exercises/my_allgather.py
+    import torch, torch.distributed as dist
+    from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+
+    def reference(tensor, group):                 # the solution; show_solution() prints it
+        out = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, tensor, group=group)
+        return torch.cat(out)
+
+    def wrong_own_only(tensor, group):            # a known-wrong answer CI must reject
+        return tensor.repeat(dist.get_world_size(group))
+
+    def check(ctx, fn):                           # runs on EVERY rank, fn = learner's code
+        x = torch.arange(4.0) + 10 * ctx.rank     # rank-dependent input: (4,)
+        got = fn(x.clone(), ctx.group)
+        problem = compare_tensors(got, reference(x.clone(), ctx.group), what="gathered tensor")
+        return Verdict.fail(problem) if problem else Verdict.ok("all ranks hold every shard")
+
+    register(Exercise(
+        name="my_allgather", lab="03_collectives",
+        summary="gather every rank's tensor into one, in rank order",
+        signature="fn(tensor, group) -> torch.Tensor (world_size * len(tensor),)",
+        check=check, reference=reference, wrong={"own shard repeated": wrong_own_only},
+        world_size=4))
+
+The contract, field by field (``Exercise``):
+  * ``check(ctx, fn) -> Verdict`` runs on every rank (ctx: rank, world_size, group, device,
+    ...). It calls ``fn`` with inputs it builds, compares with the reference (computed in the
+    same rank, or with torch's own collective) and returns ``Verdict.ok(msg, **details)`` or
+    ``Verdict.fail(msg, **details)``; the message should say WHAT differs and a likely why
+    (``compare_tensors`` does most of that). Every rank must make the same collective calls
+    in the same order, or the launch deadlocks. A check may use ``lab_utils.measure.CommLedger``
+    to require a communication pattern (e.g. "only send/recv, 2(N-1)/N x D bytes").
+    Details must be picklable (plain values).
+  * ``reference``: a callable with the learner's signature; ``show_solution(name)`` prints its
+    source (plus ``solution_helpers``' sources). It lives wherever it belongs (e.g. the
+    from-scratch library module) and the exercise points at it.
+  * ``wrong``: ``{description: callable}``, at least one; ``tests/test_exercises.py`` checks
+    that the reference passes and that every wrong implementation is rejected.
+  * ``world_size`` (2-4 on CPU), ``timeout_s`` (deadline of one launch; a deadlock in the
+    learner's code costs about 3/4 of it), ``signature`` and ``hint`` (shown on failure).
+
+Learner-facing API (re-exported by ``lab_utils.exercises``):
+    check(name, fn, world_size=None, quiet=True) -> CheckResult   # prints the verdict
+    check_many([(name, fn), ...]) -> [CheckResult]   # one launch per world size (tests)
+    show_solution(name); list_exercises(lab=None); get(name)
+    CheckResult(passed, message, details, name)
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+_REGISTRY: dict[str, "Exercise"] = {}
+DISCOVERY_ERRORS: dict[str, str] = {}  # module -> error, for modules that failed to import
+_discovered = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What an exercise's ``check`` returns on ONE rank."""
+
+    passed: bool
+    message: str = ""
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, message: str = "", **details: Any) -> "Verdict":
+        return cls(True, message, details)
+
+    @classmethod
+    def fail(cls, message: str, **details: Any) -> "Verdict":
+        return cls(False, message, details)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: its check, its reference solution, and answers it must reject."""
+
+    name: str
+    lab: str
+    summary: str
+    check: Callable[..., Verdict]
+    reference: Callable
+    wrong: Mapping[str, Callable]
+    world_size: int = 4
+    timeout_s: float = 60.0
+    signature: str = ""
+    hint: str = ""
+    solution_helpers: tuple[Callable, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"exercise name {self.name!r} must be a lower_case identifier "
+                             "(it becomes check_<name>)")
+        for what in ("check", "reference"):
+            if not callable(getattr(self, what)):
+                raise TypeError(f"Exercise {self.name!r}: {what} must be callable")
+        if not self.wrong or not all(callable(f) for f in self.wrong.values()):
+            raise ValueError(f"Exercise {self.name!r}: give at least one known-wrong "
+                             "implementation in wrong={description: callable}")
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ValueError(f"Exercise {self.name!r}: world_size must be a positive int")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on a learner's function. ``details['per_rank']`` holds each rank's."""
+
+    passed: bool
+    message: str
+    details: dict
+    name: str = ""
+
+    def __str__(self) -> str:
+        head = "PASSED" if self.passed else "NOT YET"
+        return f"[{head}] {self.name}: {self.message}"
+
+
+def register(exercise: Exercise) -> Exercise:
+    """Add an exercise to the registry (call it at the bottom of the exercise module)."""
+    old = _REGISTRY.get(exercise.name)
+    if old is not None and old.check.__module__ != exercise.check.__module__:
+        raise ValueError(f"exercise {exercise.name!r} is already registered by "
+                         f"{old.check.__module__}; pick another name")
+    _REGISTRY[exercise.name] = exercise
+    return exercise
+
+
+def discover() -> dict[str, Exercise]:
+    """Import every module of this package once (pkgutil); return the registry.
+
+    A module that fails to import is recorded in DISCOVERY_ERRORS with a warning instead of
+    breaking every other exercise (tests/test_exercises.py requires it to be empty).
+    """
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        package = importlib.import_module("lab_utils.exercises")
+        for info in pkgutil.iter_modules(package.__path__):
+            if info.name.startswith("_"):
+                continue
+            try:
+                importlib.import_module(f"lab_utils.exercises.{info.name}")
+            except Exception as exc:  # noqa: BLE001 - one broken module must not hide the rest
+                DISCOVERY_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"exercise module {info.name!r} failed to import: {exc}")
+    return _REGISTRY
+
+
+def get(name: str) -> Exercise:
+    registry = discover()
+    if name not in registry:
+        raise KeyError(f"no exercise named {name!r}; available: {', '.join(sorted(registry))}")
+    return registry[name]
+
+
+def list_exercises(lab: str | None = None) -> list[Exercise]:
+    """Registered exercises (of one lab if ``lab`` is given), sorted by lab then name."""
+    found = [e for e in discover().values() if lab is None or e.lab == lab]
+    return sorted(found, key=lambda e: (e.lab, e.name))
+
+
+def show_solution(name: str) -> str:
+    """Print (and return) the source of the reference solution. Hidden until asked."""
+    ex = get(name)
+    parts = [inspect.getsource(f) for f in (*ex.solution_helpers, ex.reference)]
+    text = "\n\n".join(parts)
+    print(f"# reference solution for {name!r} ({inspect.getsourcefile(ex.reference)})\n{text}")
+    return text
+
+
+# ---------------------------------------------------------------- running the checks on ranks
+def _verdict_on_rank(ctx: Any, ex_check: Callable, fn: Callable) -> dict:
+    """Run one check on this rank. A stub's NotImplementedError is a verdict, not a crash;
+    any other exception propagates so that the launcher stops every rank (a rank that raised
+    in the middle of a collective would leave the others waiting)."""
+    try:
+        verdict = ex_check(ctx, fn)
+    except NotImplementedError as exc:
+        return {"passed": False, "message": f"not implemented yet ({exc})" if str(exc)
+                else "not implemented yet", "details": {"not_implemented": True}}
+    if not isinstance(verdict, Verdict):
+        raise TypeError(f"an exercise check must return a Verdict, got {type(verdict).__name__}")
+    return {"passed": verdict.passed, "message": verdict.message, "details": verdict.details}
+
+
+def _checks_on_rank(ctx: Any, jobs: list[tuple[Callable, Callable]]) -> list[dict]:
+    """Several checks in one launch (check_many); a barrier keeps the ranks in step."""
+    import torch.distributed as dist
+
+    out = []
+    for ex_check, fn in jobs:
+        out.append(_verdict_on_rank(ctx, ex_check, fn))
+        dist.barrier(group=ctx.group)
+    return out
+
+
+def _combine(name: str, per_rank: list[dict]) -> CheckResult:
+    failing = [r for r, v in enumerate(per_rank) if not v["passed"]]
+    details = {"per_rank": per_rank}
+    if not failing:
+        return CheckResult(True, per_rank[0]["message"] or "matches the reference on every rank",
+                           details, name)
+    first = per_rank[failing[0]]
+    if first["details"].get("not_implemented"):
+        return CheckResult(False, first["message"], details, name)
+    where = "every rank" if len(failing) == len(per_rank) else (
+        "rank " + ", ".join(map(str, failing)))
+    return CheckResult(False, f"{where}: {first['message']}", details, name)
+
+
+def _from_failure(name: str, exc: Exception) -> CheckResult:
+    from lab_utils.launch import RankTimeout
+
+    if isinstance(exc, RankTimeout):
+        msg = ("your ranks got stuck (a deadlock: every rank must make matching sends, "
+               f"receives and collectives in the same order).\n{exc}")
+    else:
+        msg = f"your code raised an exception:\n{exc}"
+    return CheckResult(False, msg, {"exception": type(exc).__name__}, name)
+
+
+def _report(result: CheckResult, ex: Exercise) -> CheckResult:
+    print(result)
+    if not result.passed and ex.hint and not result.details.get("exception"):
+        print(f"hint: {ex.hint}")
+    return result
+
+
+def check(name: str, fn: Callable, world_size: int | None = None,
+          quiet: bool = True) -> CheckResult:
+    """Run ``fn`` through exercise ``name`` on real ranks; print and return the verdict.
+
+    Never raises for a wrong answer (only for an unknown name or a non-callable fn).
+    """
+    from lab_utils.launch import RankFailure, run
+
+    ex = get(name)
+    if not callable(fn):
+        raise TypeError(f"check({name!r}, fn): fn must be your function, got {fn!r}")
+    try:
+        per_rank = run(_checks_on_rank, world_size or ex.world_size, [(ex.check, fn)],
+                       timeout_s=ex.timeout_s, quiet=quiet)
+    except RankFailure as exc:
+        return _report(_from_failure(name, exc), ex)
+    return _report(_combine(name, [r[0] for r in per_rank]), ex)
+
+
+def check_many(items: list[tuple[str, Callable]], quiet: bool = True,
+               verbose: bool = False) -> list[CheckResult]:
+    """Check several (name, fn) pairs with one launch per world size (for tests).
+
+    If a launch fails (some fn raised or deadlocked), its items are re-run one by one so
+    each gets its own verdict.
+    """
+    from lab_utils.launch import RankFailure, run
+
+    results: list[CheckResult | None] = [None] * len(items)
+    by_size: dict[int, list[int]] = {}
+    for i, (name, _) in enumerate(items):
+        by_size.setdefault(get(name).world_size, []).append(i)
+    for size, idx in by_size.items():
+        jobs = [(get(items[i][0]).check, items[i][1]) for i in idx]
+        timeout = sum(get(items[i][0]).timeout_s for i in idx)
+        try:
+            per_rank = run(_checks_on_rank, size, jobs, timeout_s=timeout, quiet=quiet)
+        except RankFailure:
+            for i in idx:
+                results[i] = _single(items[i], quiet)
+            continue
+        for k, i in enumerate(idx):
+            results[i] = _combine(items[i][0], [r[k] for r in per_rank])
+    if verbose:
+        for r in results:
+            print(r)
+    return results  # type: ignore[return-value]
+
+
+def _single(item: tuple[str, Callable], quiet: bool) -> CheckResult:
+    from lab_utils.launch import RankFailure, run
+
+    name, fn = item
+    ex = get(name)
+    try:
+        per_rank = run(_checks_on_rank, ex.world_size, [(ex.check, fn)],
+                       timeout_s=ex.timeout_s, quiet=quiet)
+    except RankFailure as exc:
+        return _from_failure(name, exc)
+    return _combine(name, [r[0] for r in per_rank])
+
+
+# ---------------------------------------------------------------- helpers for check authors
+def compare_tensors(got: Any, expected: torch.Tensor, what: str = "result",
+                    rtol: float = 1e-5, atol: float = 1e-6,
+                    unchanged: torch.Tensor | None = None) -> str | None:
+    """None if ``got`` matches ``expected``; otherwise one sentence saying what differs.
+
+    Recognises: not a tensor / None (forgot to return?), wrong shape or dtype, NaN/inf,
+    equal to ``unchanged`` (the input was returned or never modified), a constant factor
+    (summed instead of averaged, or averaged twice), and partial matches (which fraction
+    of the elements is right, the first wrong index).
+    """
+    if got is None:
+        return f"the {what} is None: did the function forget to return it?"
+    if not isinstance(got, torch.Tensor):
+        return f"the {what} should be a torch.Tensor, got {type(got).__name__}"
+    if tuple(got.shape) != tuple(expected.shape):
+        return (f"the {what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+    if got.dtype != expected.dtype:
+        return f"the {what} has dtype {got.dtype}, expected {expected.dtype}"
+    got_d, exp_d = got.detach().cpu(), expected.detach().cpu()
+    if torch.allclose(got_d, exp_d, rtol=rtol, atol=atol):
+        return None
+    if not torch.isfinite(got_d).all():
+        return f"the {what} contains NaN or inf"
+    if unchanged is not None and torch.equal(got_d, unchanged.detach().cpu()):
+        return f"the {what} is still equal to the input: nothing was reduced/exchanged"
+    nonzero = exp_d.abs() > atol
+    if nonzero.any():
+        ratios = got_d[nonzero] / exp_d[nonzero]
+        k = ratios.mean().item()
+        if torch.allclose(ratios, torch.full_like(ratios, k), rtol=1e-4) and abs(k) > 1e-12:
+            return (f"the {what} is {k:.4g} x the expected values everywhere: a missing or "
+                    "extra division (sum vs mean?) or a step applied the wrong number of times")
+    wrong = ~torch.isclose(got_d, exp_d, rtol=rtol, atol=atol)
+    first = tuple(int(i) for i in wrong.nonzero()[0])
+    frac = wrong.float().mean().item()
+    return (f"{frac:.0%} of the {what}'s elements differ (first at index {first}: got "
+            f"{got_d[first].item():.6g}, expected {exp_d[first].item():.6g}; max abs diff "
+            f"{(got_d - exp_d).abs().max().item():.3g})")

@@ -1,0 +1,165 @@
+"""Exercise "zero1_step" (lab 05): one ZeRO-1 optimizer step on a flat parameter buffer.
+
+The learner writes fn(flat_param, flat_grad, shard, optimizer, group) -> None:
+  1. reduce-scatter the gradients (mean over ranks) so rank r gets slice r,
+  2. let `optimizer` (built over [shard] only: its Adam m, v are 1/K of the model's) update it,
+  3. all-gather the updated slices back into flat_param on every rank.
+The check runs one SGD step (a missing average shows up as K x the update: Adam would hide it)
+and two AdamW steps, compares every rank's flat_param with a single-process reference, and
+requires the ZeRO-1 pattern in the CommLedger: 1 reduce-scatter + 1 all-gather, 2(K-1)/K x 4P
+bytes sent per step (an all-reduce gives the right numbers for 1.5x the bytes).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.zero import zero1_step as reference
+
+P_PER_RANK = 6  # P = 6 K elements, divisible by K
+
+
+def _grad(step: int, rank: int, n: int) -> torch.Tensor:
+    """Rank `rank`'s gradient at `step` (every rank can compute every rank's)."""
+    return torch.randn(n, generator=torch.Generator().manual_seed(1000 * step + rank))
+
+
+def _init(n: int) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(7))
+
+
+def _expected(n: int, k: int, opt: str, steps: int, lr: float) -> torch.Tensor:
+    """Single process: the full parameters, the MEAN gradient of the K ranks, a full optimizer."""
+    p = nn.Parameter(_init(n))
+    o = torch.optim.SGD([p], lr=lr) if opt == "sgd" else torch.optim.AdamW([p], lr=lr)
+    for t in range(steps):
+        p.grad = torch.stack([_grad(t, r, n) for r in range(k)]).mean(0)
+        o.step()
+    return p.detach()
+
+
+def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | None:
+    """None if right; else what went wrong, shard by shard."""
+    k, r, n = ctx.world_size, ctx.rank, P_PER_RANK * ctx.world_size
+    want = _expected(n, k, opt, steps, lr)
+    problem = compare_tensors(got, want, what="flat_param", rtol=1e-5, atol=1e-6)
+    if problem is None:
+        return None
+    start = _init(n)
+    shards = lambda t: t.view(k, P_PER_RANK)  # noqa: E731 - (K, P/K): one row per rank's slice
+    ok = [torch.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(shards(got), shards(want))]
+    stale = [torch.equal(g, s) for g, s in zip(shards(got), shards(start))]
+    if ok[r] and all(stale[s] for s in range(k) if s != r):
+        return ("your own slice is right but the other ranks' slices never changed: the "
+                "all-gather is missing, so the replicas drift apart")
+    if torch.equal(got, start):
+        return ("flat_param did not change: the updated shard never reached it (all-gather "
+                "AFTER optimizer.step())")
+    if opt == "sgd" and torch.allclose(got, start + k * (want - start), rtol=1e-5, atol=1e-6):
+        return (f"the update is {k} x too big: the gradients were SUMMED over the {k} ranks, "
+                "not averaged (op=dist.ReduceOp.AVG, or divide by K)")
+    local = start.clone()  # the update from this rank's OWN gradient, never reduced
+    local[r * P_PER_RANK:(r + 1) * P_PER_RANK] -= lr * _grad(0, r, n)[r * P_PER_RANK:
+                                                                      (r + 1) * P_PER_RANK]
+    if opt == "sgd" and k > 1 and torch.allclose(shards(got)[r], shards(local)[r], atol=1e-6):
+        return ("slice r moved by THIS rank's gradient only: the gradients were not reduced "
+                "over ranks (reduce-scatter them first)")
+    if not ok[r]:
+        return f"this rank's slice {r} is wrong after the update ({problem})"
+    return problem
+
+
+def check(ctx, fn) -> Verdict:
+    from lab_utils.measure import CommLedger
+
+    k, r = ctx.world_size, ctx.rank
+    n = P_PER_RANK * k
+    lo, hi = r * P_PER_RANK, (r + 1) * P_PER_RANK
+    for opt, steps, lr in (("sgd", 1, 0.1), ("adamw", 2, 0.01)):
+        flat_param = _init(n)
+        shard = nn.Parameter(flat_param[lo:hi].clone())  # (P/K,): this rank's slice
+        o = torch.optim.SGD([shard], lr=lr) if opt == "sgd" else torch.optim.AdamW([shard], lr=lr)
+        with CommLedger() as ledger:
+            for t in range(steps):
+                fn(flat_param, _grad(t, r, n), shard, o, ctx.group)
+        problem = _diagnose(flat_param, ctx, opt, steps, lr)
+        # Every rank stops together (a rank that went on alone would wait in a collective).
+        failed = torch.tensor([float(problem is not None)])
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
+        if failed.item():
+            return Verdict.fail(f"{opt}, {steps} step(s): "
+                                f"{problem or 'this rank is right, another rank is not'}")
+        want_bytes = steps * 2 * (k - 1) / k * 4 * n
+        if k > 1 and (ledger.count("reduce_scatter") != steps or ledger.count("all_gather") !=
+                      steps or ledger.count("all_reduce") or ledger.bytes_sent() != want_bytes):
+            by_op = {op: row["count"] for op, row in ledger.summary()["by_op"].items()}
+            return Verdict.fail(
+                f"the numbers are right, but the communication is not ZeRO-1's: you called "
+                f"{by_op} and sent {ledger.bytes_sent():.0f} B per rank; one reduce-scatter + "
+                f"one all-gather per step send 2(K-1)/K x 4P = {want_bytes:.0f} B (an all-reduce "
+                "alone already sends that much, before the all-gather)",
+                bytes_sent=ledger.bytes_sent())
+    return Verdict.ok(f"SGD and AdamW match the single-process optimizer on all {k} ranks; "
+                      f"{want_bytes:.0f} B sent per rank in 2 AdamW steps (= 2 x 2(K-1)/K x 4P)")
+
+
+# ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
+def wrong_sum_not_mean(flat_param, flat_grad, shard, optimizer, group):
+    grad_shard = torch.empty_like(shard)
+    dist.reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.SUM, group=group)
+    shard.grad = grad_shard
+    optimizer.step()
+    dist.all_gather_single(flat_param, shard.detach(), group=group)
+
+
+def wrong_no_all_gather(flat_param, flat_grad, shard, optimizer, group):
+    grad_shard = torch.empty_like(shard)
+    dist.reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.AVG, group=group)
+    shard.grad = grad_shard
+    optimizer.step()
+    k, r = dist.get_world_size(group), dist.get_rank(group)
+    flat_param.view(k, -1)[r].copy_(shard.detach())  # only my own slice: ranks diverge
+
+
+def wrong_local_grad(flat_param, flat_grad, shard, optimizer, group):
+    k, r = dist.get_world_size(group), dist.get_rank(group)
+    shard.grad = flat_grad.view(k, -1)[r].clone()  # my slice of MY gradient: never reduced
+    optimizer.step()
+    dist.all_gather_single(flat_param, shard.detach(), group=group)
+
+
+def wrong_all_reduce_then_slice(flat_param, flat_grad, shard, optimizer, group):
+    k, r = dist.get_world_size(group), dist.get_rank(group)
+    grad = flat_grad.clone()
+    dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=group)  # right numbers, 2(K-1)/K x 4P
+    shard.grad = grad.view(k, -1)[r].clone()
+    optimizer.step()
+    dist.all_gather_single(flat_param, shard.detach(), group=group)
+
+
+def wrong_gathers_before_update(flat_param, flat_grad, shard, optimizer, group):
+    grad_shard = torch.empty_like(shard)
+    dist.reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.AVG, group=group)
+    dist.all_gather_single(flat_param, shard.detach(), group=group)  # the OLD shards
+    shard.grad = grad_shard
+    optimizer.step()
+
+
+register(Exercise(
+    name="zero1_step", lab="05_zero_fsdp",
+    summary="one ZeRO-1 step: reduce-scatter grads, update my shard, all-gather params",
+    signature="fn(flat_param (P,), flat_grad (P,), shard: Parameter (P/K,), optimizer, group)"
+              " -> None; updates flat_param in place on every rank",
+    check=check, reference=reference,
+    wrong={"sums instead of averaging": wrong_sum_not_mean,
+           "skips the all-gather (ranks diverge)": wrong_no_all_gather,
+           "updates with the local, unreduced gradient": wrong_local_grad,
+           "all-reduce then slice (1.5x the bytes)": wrong_all_reduce_then_slice,
+           "all-gathers before the update": wrong_gathers_before_update},
+    world_size=4, timeout_s=60.0,
+    hint="three phases: dist.reduce_scatter_single (mean over ranks) into a (P/K,) tensor, set "
+         "it as shard.grad and call optimizer.step(), then dist.all_gather_single into "
+         "flat_param",
+))

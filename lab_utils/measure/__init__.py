@@ -1,0 +1,20 @@
+"""Measurement inside a rank: memory ledger, communication ledger, timeline (labs 01-09).
+
+    from lab_utils.measure import CommLedger, model_state_bytes, SavedActivations, \
+        peak_memory_bytes, Timeline
+
+    model_state_bytes(model, opt)  -> {params, grads, optimizer, total, ...} bytes   (lab 01)
+    SavedActivations(model)        -> .bytes / .count saved for backward            (labs 01, 02)
+    peak_memory_bytes(device)      -> CUDA peak allocated bytes, None on CPU
+    CommLedger()                   -> every collective / p2p call: op, bytes, time  (labs 03-08)
+    Timeline(ctx)                  -> named spans per rank, gathered to rank 0      (labs 04, 07)
+
+The measured numbers are meant to sit next to a calculator's prediction (``lab_utils.calc``).
+"""
+from lab_utils.measure.comm import CommLedger, CommRecord
+from lab_utils.measure.memory import (SavedActivations, model_state_bytes, peak_memory_bytes,
+                                      reset_peak_memory)
+from lab_utils.measure.timeline import Timeline
+
+__all__ = ["CommLedger", "CommRecord", "model_state_bytes", "SavedActivations",
+           "peak_memory_bytes", "reset_peak_memory", "Timeline"]

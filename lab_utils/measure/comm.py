@@ -1,0 +1,259 @@
+"""Communication ledger: every collective and point-to-point call one rank makes (labs 03-08).
+
+    with CommLedger() as ledger:          # inside a rank
+        with ledger.phase("backward"):
+            loss.backward()               # e.g. torch DDP's bucketed all-reduces
+    ledger.count("all_reduce"), ledger.bytes_sent(), ledger.summary()
+
+How it sees everything: since torch 2.0 every ProcessGroup call - from Python's dist.* and
+from C++ callers such as DDP's reducer - goes through the dispatcher as a ``c10d::`` op
+(``c10d::allreduce_``, ``c10d::send``, ...), and DTensor / FSDP2 functional collectives are
+``_c10d_functional::`` ops. A TorchDispatchMode (the mechanism of torch's CommDebugMode)
+sees both. Ops on tensor subclasses (DTensor) are declined with NotImplemented so the
+subclass desugars them into the plain-tensor collectives we count. The mode is thread-local:
+it sees what this thread (and the CPU autograd engine running backward for it) dispatches.
+
+Bytes: ``tensor_bytes`` is D, the FULL buffer (all-reduce input, reduce-scatter input,
+all-gather output, the whole all-to-all send buffer, the tensor sent or received);
+``bytes_sent`` is what THIS rank sends as the ring algorithm moves it,
+``calc.comm.ring_bytes_per_rank(op, group_size, D)``: 2(N-1)/N D for all-reduce, (N-1)/N D
+for reduce-scatter / all-gather, D for send, 0 for recv and barrier. ``duration_s`` runs from
+the call to completion of its Work (a callback on the Work's future), so async calls and
+DDP's overlapped buckets get their real span, not just the launch time.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lab_utils.calc.comm import ring_bytes_per_rank
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
+       "send", "recv", "barrier", "gather", "scatter")
+
+
+@dataclass
+class CommRecord:
+    """One communication call as this rank saw it. ``start_s`` is time.perf_counter()."""
+
+    op: str
+    bytes_sent: float
+    tensor_bytes: int
+    group_size: int
+    duration_s: float | None
+    phase: str | None
+    peer: int | None = None  # send/recv: the other rank (group rank); broadcast/reduce: root
+    torch_op: str = ""
+    start_s: float = 0.0
+
+
+def _nbytes(t: Any) -> int:
+    if isinstance(t, torch.Tensor):
+        return t.numel() * t.element_size()
+    if isinstance(t, (list, tuple)):
+        return sum(_nbytes(x) for x in t)
+    return 0
+
+
+def _group_size(group: Any) -> int:
+    if isinstance(group, str):  # functional collectives name their group
+        from torch.distributed.distributed_c10d import _resolve_process_group
+        group = _resolve_process_group(group)
+    elif isinstance(group, torch.ScriptObject):  # what the dispatcher hands c10d:: ops
+        group = torch.distributed.ProcessGroup.unbox(group)
+    return int(group.size())
+
+
+def _decode(name: str, args: tuple) -> tuple[str, int, Any, int | None] | None:
+    """(op, D bytes, group, peer) for a communication op, None for any other op."""
+    a = args
+    c10d = {  # name -> (op, how to get D, group arg index, peer arg index)
+        "allreduce_": ("all_reduce", lambda: _nbytes(a[0]), 1, None),
+        "allreduce_coalesced_": ("all_reduce", lambda: _nbytes(a[0]), 1, None),
+        "broadcast_": ("broadcast", lambda: _nbytes(a[0]), 1, 2),
+        "reduce_": ("reduce", lambda: _nbytes(a[0]), 1, 3),
+        "allgather_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
+        "_allgather_base_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
+        "allgather_coalesced_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
+        "allgather_into_tensor_coalesced_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
+        "reduce_scatter_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
+        "_reduce_scatter_base_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
+        "reduce_scatter_tensor_coalesced_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
+        "alltoall_": ("all_to_all", lambda: _nbytes(a[1]), 2, None),
+        "alltoall_base_": ("all_to_all", lambda: _nbytes(a[1]), 2, None),
+        "send": ("send", lambda: _nbytes(a[0]), 1, 2),
+        "recv_": ("recv", lambda: _nbytes(a[0]), 1, 2),
+        "recv_any_source_": ("recv", lambda: _nbytes(a[0]), 1, None),
+        "barrier": ("barrier", lambda: 0, 1, None),
+        "monitored_barrier_": ("barrier", lambda: 0, 1, None),
+        "gather_": ("gather", lambda: _nbytes(a[0]) or _nbytes(a[1]) * _group_size(a[2]), 2, 3),
+        "scatter_": ("scatter", lambda: _nbytes(a[1]) or _nbytes(a[0]) * _group_size(a[2]), 2, 3),
+    }
+    funcol = {  # functional collectives (DTensor, FSDP2): group is the last positional arg
+        "all_reduce": ("all_reduce", lambda: _nbytes(a[0]), 2),
+        "all_reduce_": ("all_reduce", lambda: _nbytes(a[0]), 2),
+        "all_reduce_coalesced": ("all_reduce", lambda: _nbytes(a[0]), 2),
+        "all_reduce_coalesced_": ("all_reduce", lambda: _nbytes(a[0]), 2),
+        "all_gather_into_tensor": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
+        "all_gather_into_tensor_out": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
+        "all_gather_into_tensor_coalesced": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
+        "reduce_scatter_tensor": ("reduce_scatter", lambda: _nbytes(a[0]), 3),
+        "reduce_scatter_tensor_coalesced": ("reduce_scatter", lambda: _nbytes(a[0]), 3),
+        "all_to_all_single": ("all_to_all", lambda: _nbytes(a[0]), 3),
+        "broadcast": ("broadcast", lambda: _nbytes(a[0]), 2),
+        "broadcast_": ("broadcast", lambda: _nbytes(a[0]), 2),
+    }
+    ns, _, short = name.partition("::")
+    short = short.split(".")[0]
+    if ns == "c10d" and short in c10d:
+        op, size, gi, pi = c10d[short]
+        return op, size(), a[gi], (int(a[pi]) if pi is not None else None)
+    if ns in ("_c10d_functional", "_c10d_functional_autograd") and short in funcol:
+        op, size, gi = funcol[short]
+        return op, size(), a[gi], None
+    return None
+
+
+def _is_dtensor(cls: type) -> bool:
+    api = sys.modules.get("torch.distributed.tensor._api")  # not imported -> no DTensor exists
+    return api is not None and issubclass(cls, api.DTensor)
+
+
+def _sent(op: str, n: int, d: int) -> float:
+    """Bytes this rank sends: the ring formula from calc (send: D; recv, barrier: 0)."""
+    if op == "send":
+        return ring_bytes_per_rank("send_recv", n, d)
+    if op in ("recv", "barrier"):
+        return 0.0
+    if op in ("gather", "scatter"):  # root-centred: a non-root moves its 1/n share once
+        return d / n if n > 1 else 0.0
+    return ring_bytes_per_rank(op, n, d)
+
+
+class _LedgerMode(TorchDispatchMode):
+    def __init__(self, ledger: "CommLedger") -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.pending: dict[int, CommRecord] = {}  # functional outputs waiting for wait_tensor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        # A tensor subclass (DTensor) first turns the op into plain-tensor collectives,
+        # which come back through this mode: decline, as CommDebugMode does.
+        if any(_is_dtensor(t) for t in types):
+            return NotImplemented
+        name = func.name()
+        if name.startswith("_c10d_functional::wait_tensor"):
+            out = func(*args, **kwargs)
+            rec = self.pending.pop(id(args[0]), None)
+            if rec is not None:
+                rec.duration_s = time.perf_counter() - rec.start_s
+            return out
+        decoded = _decode(name, tuple(args)) if "c10d" in name else None
+        if decoded is None:
+            return func(*args, **kwargs)
+        op, d, group, peer = decoded
+        n = _group_size(group)
+        rec = CommRecord(op, _sent(op, n, d), d, n, None, self.ledger._phase, peer, name,
+                         time.perf_counter())
+        out = func(*args, **kwargs)
+        self.ledger.records.append(rec)
+        self._finish_when_done(rec, out)
+        return out
+
+    def _finish_when_done(self, rec: CommRecord, out: Any) -> None:
+        works = [o for o in (out if isinstance(out, tuple) else (out,))
+                 if isinstance(o, torch.ScriptObject)]
+        if works:
+            try:
+                fut = torch.distributed.distributed_c10d.Work.unbox(works[0]).get_future()
+            except RuntimeError:  # a Work type without a future: keep the call's own span
+                rec.duration_s = time.perf_counter() - rec.start_s
+                return
+
+            def done(_: Any, rec: CommRecord = rec) -> None:
+                rec.duration_s = time.perf_counter() - rec.start_s
+            fut.add_done_callback(done)
+        elif isinstance(out, torch.Tensor):  # functional: finished by wait_tensor
+            self.pending[id(out)] = rec
+            rec.duration_s = time.perf_counter() - rec.start_s  # until then: the launch
+        else:
+            rec.duration_s = time.perf_counter() - rec.start_s
+
+
+class CommLedger:
+    """Records every communication call this rank makes inside ``with CommLedger():``.
+
+    Records come from hand-written dist.* code, torch DDP (its C++ reducer), FSDP2 and
+    DTensor tensor parallelism alike. Ledgers nest (each one records). Cost: a Python hop per
+    torch op while active, fine for the labs' tiny models.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[CommRecord] = []
+        self._phase: str | None = None
+        self._mode: _LedgerMode | None = None
+
+    def __enter__(self) -> "CommLedger":
+        self._mode = _LedgerMode(self)
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self._mode is not None
+        self._mode.__exit__(*exc)
+        self._mode = None
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Tag the records made inside with ``phase=name`` (phases nest; innermost wins)."""
+        outer, self._phase = self._phase, name
+        try:
+            yield
+        finally:
+            self._phase = outer
+
+    def _select(self, op: str | None, phase: str | None) -> list[CommRecord]:
+        if op is not None and op not in OPS:
+            raise ValueError(f"unknown op {op!r}; choose one of {', '.join(OPS)}")
+        return [r for r in self.records
+                if (op is None or r.op == op) and (phase is None or r.phase == phase)]
+
+    def count(self, op: str | None = None, phase: str | None = None) -> int:
+        """Number of calls (of ``op`` / in ``phase`` if given)."""
+        return len(self._select(op, phase))
+
+    def bytes_sent(self, op: str | None = None, phase: str | None = None) -> float:
+        """Bytes this rank sent, by the ring formula, summed over the selected calls."""
+        return sum(r.bytes_sent for r in self._select(op, phase))
+
+    def tensor_bytes(self, op: str | None = None, phase: str | None = None) -> int:
+        """Sum of D (full buffer sizes) over the selected calls."""
+        return sum(r.tensor_bytes for r in self._select(op, phase))
+
+    def time_s(self, op: str | None = None, phase: str | None = None) -> float:
+        return sum(r.duration_s or 0.0 for r in self._select(op, phase))
+
+    def summary(self) -> dict:
+        """Plain, picklable dict: totals per op and per phase, and every record."""
+        per_op: dict[str, dict] = {}
+        per_phase: dict[str, dict] = {}
+        for r in self.records:
+            for table, key in ((per_op, r.op), (per_phase, str(r.phase))):
+                row = table.setdefault(key, {"count": 0, "bytes_sent": 0.0, "tensor_bytes": 0,
+                                             "time_s": 0.0})
+                row["count"] += 1
+                row["bytes_sent"] += r.bytes_sent
+                row["tensor_bytes"] += r.tensor_bytes
+                row["time_s"] += r.duration_s or 0.0
+        return {"count": len(self.records), "bytes_sent": self.bytes_sent(),
+                "by_op": per_op, "by_phase": per_phase,
+                "records": [asdict(r) for r in self.records]}

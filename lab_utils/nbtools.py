@@ -1,0 +1,74 @@
+"""Notebook housekeeping: strip outputs for git, check structure (CONTRIBUTING.md).
+
+    python -m lab_utils.nbtools strip labs/*.ipynb     # remove outputs (keeps checked cells)
+    python -m lab_utils.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if not
+
+A cell whose source contains ``# NBVAL_CHECK_OUTPUT`` keeps its output: nbval compares it.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+CHECKED_MARK = "# NBVAL_CHECK_OUTPUT"
+REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
+
+
+def strip(nb: nbformat.NotebookNode) -> bool:
+    """Remove outputs and execution counts in place; True if anything changed."""
+    changed = False
+    for cell in nb.cells:
+        if cell.cell_type != "code" or CHECKED_MARK in cell.source:
+            continue
+        if cell.get("outputs") or cell.get("execution_count") is not None:
+            cell.outputs, cell.execution_count = [], None
+            changed = True
+        for key in ("execution", "collapsed", "scrolled"):
+            if key in cell.metadata:
+                del cell.metadata[key]
+                changed = True
+    for key in ("widgets", "papermill"):
+        if key in nb.metadata:
+            del nb.metadata[key]
+            changed = True
+    return changed
+
+
+def problems(nb: nbformat.NotebookNode) -> list[str]:
+    """What violates the notebook conventions (empty list: fine)."""
+    found = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    if len(params) != 1:
+        found.append(f"needs exactly one code cell tagged 'parameters', found {len(params)}")
+    elif missing := [p for p in REQUIRED_PARAMETERS if p not in params[0].source]:
+        found.append(f"parameters cell does not define {', '.join(missing)}")
+    unstripped = sum(1 for c in code if c.get("outputs") and CHECKED_MARK not in c.source)
+    if unstripped:
+        found.append(f"{unstripped} code cell(s) keep outputs: run `make strip`")
+    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
+        found.append("kernelspec name must be 'python3'")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("strip", "check"):
+        print(__doc__)
+        return 2
+    status = 0
+    for path in map(Path, argv[1:]):
+        nb = nbformat.read(path, as_version=4)
+        if argv[0] == "strip":
+            if strip(nb):
+                nbformat.write(nb, path)
+                print(f"stripped {path}")
+        elif found := problems(nb):
+            status = 1
+            print(f"{path}: " + "; ".join(found))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,402 @@
+"""Tensor parallelism from scratch, Megatron-style (lab 06). Communication lives in tp_comm.py.
+
+Notation: t ranks in the tensor-parallel `group`, activations (B, T, C), D = B*T*C*bytes.
+
+    ColumnParallelLinear  Y_i = X A_i (A split by output features). Forward: f (nothing);
+                          backward: 1 all-reduce of the input grad, 2(t-1)/t * D bytes per rank.
+    RowParallelLinear     Y = sum_i X_i A_i (A split by input features). Forward: g = 1 all-reduce
+                          of the partial outputs, 2(t-1)/t * D per rank; bias added ONCE, after it.
+    TPMLP                 column -> GELU -> row: no comm between the two matmuls (GELU is
+                          elementwise on a column shard), so 1 all-reduce forward, 1 backward.
+    TPAttention           q, k, v column-parallel (fused, each rank owns n_head/t whole heads),
+                          proj row-parallel: again 1 all-reduce forward, 1 backward.
+    => 2 all-reduces per transformer layer forward, 2 backward (Shoeybi et al. 2019, Sec. 3).
+
+With sequence_parallel=True (Korthikanti et al. 2022, Sec. 4.2.2) the LayerNorms, residuals and
+dropouts work on a (B, T/t, C) slice; each all-reduce becomes a reduce-scatter + all-gather (same
+bytes) and the activations they keep shrink by t. Replicated parameters that then see only T/t
+tokens (LayerNorms, row-parallel biases) need their gradients all-reduced:
+sync_sequence_parallel_grads.
+
+Every module is built FROM the unsharded one by slicing its weights, so a sharded model can be
+checked against the original (`unshard` gathers weights or grads back under the original names).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from lab_utils.tp_comm import (copy_to_tp, gather_from_sequence, gather_from_tp, reduce_from_tp,
+                               reduce_scatter_to_sequence, scatter_to_sequence,
+                               sequence_gather_linear, _all_gather)
+
+
+# -- dropout and its random streams ------------------------------------------------------------
+
+class TPRandom:
+    """Megatron's model-parallel RNG tracker (megatron/core/tensor_parallel/random.py), on CPU.
+
+    Two random streams per rank:
+      * replicated stream = torch's default generator, seeded with the SAME seed on every TP rank
+        (`seed_tensor_parallel`). Dropout where every rank holds the same activations (embedding,
+        residual dropout without SP) must draw the same mask, or the "replicas" silently diverge.
+      * sharded stream = this object's own state, seed + 2718 + tp_rank: DIFFERENT on every rank.
+        Dropout on a rank's own piece (attention probabilities of its heads; with SP the residual
+        dropout on its sequence slice) must differ per rank, or heads h and h + n_head/t get the
+        same mask (correlated dropout: no error, just a worse regulariser).
+    `fork()` swaps the sharded state in for the duration of a block, as Megatron's tracker does.
+    """
+
+    def __init__(self, seed: int, tp_rank: int, device: torch.device | str = "cpu",
+                 offset: int = 2718):
+        self.seed, self.device = seed + offset + tp_rank, torch.device(device)
+        with self._fork_default():
+            torch.manual_seed(self.seed)
+            self._state = self._get()
+
+    def _get(self) -> torch.Tensor:
+        if self.device.type == "cuda":
+            return torch.cuda.get_rng_state(self.device)
+        return torch.get_rng_state()
+
+    def _set(self, state: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(state, self.device)
+        else:
+            torch.set_rng_state(state)
+
+    def _fork_default(self):
+        return torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
+
+    @contextlib.contextmanager
+    def fork(self) -> Iterator[None]:
+        outer = self._get()
+        self._set(self._state)
+        try:
+            yield
+        finally:
+            self._state = self._get()
+            self._set(outer)
+
+
+def seed_tensor_parallel(seed: int, group, device: torch.device | str = "cpu") -> TPRandom:
+    """Seed the replicated stream identically on every TP rank; return the sharded stream."""
+    torch.manual_seed(seed)
+    return TPRandom(seed, dist.get_rank(group), device)
+
+
+class TPDropout(nn.Module):
+    """Dropout that draws from the sharded stream when `rng` is given, else the replicated one.
+    shard_dim is where a rank's piece sits in the full tensor (1 = heads or sequence), None when
+    replicated. record=True keeps the last mask (for full_dropout_masks / the RNG drill)."""
+
+    def __init__(self, p: float, rng: TPRandom | None = None, record: bool = False):
+        super().__init__()
+        self.p, self.rng, self.record = p, rng, record
+        self.shard_dim = None if rng is None else 1
+        self.last_mask: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        with self.rng.fork() if self.rng is not None else contextlib.nullcontext():
+            out, mask = torch.native_dropout(x, self.p, True)  # mask: bool, 1 byte per element
+        if self.record:
+            self.last_mask = mask
+        return out
+
+
+# -- the parallel linears ----------------------------------------------------------------------
+
+def _rank_and_size(group) -> tuple[int, int]:
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+class ColumnParallelLinear(nn.Module):
+    """Split OUTPUT features: rank i keeps rows i of each source weight, (N/t, C).
+
+    Several linears with the same input (q, k, v) fuse into one matmul: local weight
+    cat(Wq_i, Wk_i, Wv_i), so f (and its backward all-reduce) happens once, not three times.
+    Forward: f = nothing [SP: 1 all-gather, (t-1)/t D]; gather_output=True adds an all-gather of
+    the (B, T, N) output. Backward: 1 all-reduce of the input gradient [SP: re-gather + RS].
+    """
+
+    def __init__(self, linears: nn.Linear | Sequence[nn.Linear], group,
+                 gather_output: bool = False, sequence_parallel: bool = False):
+        super().__init__()
+        linears = [linears] if isinstance(linears, nn.Linear) else list(linears)
+        rank, t = _rank_and_size(group)
+        for lin in linears:
+            if lin.out_features % t or lin.in_features != linears[0].in_features:
+                raise ValueError(f"cannot split {lin} by columns over {t} ranks")
+        self.group, self.gather_output, self.sequence_parallel = group, gather_output, sequence_parallel
+        self.part_sizes = [lin.out_features // t for lin in linears]
+        weight = torch.cat([lin.weight.detach().chunk(t, 0)[rank] for lin in linears])  # (N/t, C)
+        self.weight = nn.Parameter(weight.clone())
+        has_bias = linears[0].bias is not None
+        self.bias = nn.Parameter(torch.cat([lin.bias.detach().chunk(t)[rank] for lin in linears])
+                                 .clone()) if has_bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence_parallel:  # x: (B, T/t, C)
+            y = sequence_gather_linear(x, self.weight, self.bias, self.group)  # (B, T, N/t)
+        else:  # x: (B, T, C), the same on every rank
+            y = F.linear(copy_to_tp(x, self.group), self.weight, self.bias)  # (B, T, N/t)
+        return gather_from_tp(y, self.group) if self.gather_output else y  # (B, T, N)
+
+    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        """All-gather the full weights (or grads) of each source: {"0.weight", "0.bias", ...}."""
+        out = {}
+        for name, p in (("weight", self.weight), ("bias", self.bias)):
+            if p is None:
+                continue
+            pieces = _all_gather(_value(p, grads), 0, self.group).chunk(dist.get_world_size(
+                self.group))  # per rank: (N/t, ...)
+            for j, rows in enumerate(zip(*[piece.split(self.part_sizes) for piece in pieces])):
+                out[f"{j}.{name}"] = torch.cat(rows)
+        return out
+
+
+class RowParallelLinear(nn.Module):
+    """Split INPUT features: rank i keeps columns i of the weight, (N, C/t); the bias stays whole.
+
+    Forward: y_i = x_i A_i^T is a PARTIAL sum; g all-reduces it (2(t-1)/t D per rank) [SP: a
+    reduce-scatter onto the sequence slice, (t-1)/t D]; then the bias is added once. Adding it
+    before the reduce would add it t times. Backward: nothing [SP: 1 all-gather of the grad].
+    """
+
+    def __init__(self, linear: nn.Linear, group, sequence_parallel: bool = False):
+        super().__init__()
+        rank, t = _rank_and_size(group)
+        if linear.in_features % t:
+            raise ValueError(f"cannot split {linear} by rows over {t} ranks")
+        self.group, self.sequence_parallel = group, sequence_parallel
+        self.weight = nn.Parameter(linear.weight.detach().chunk(t, 1)[rank].clone())  # (N, C/t)
+        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
+        if self.bias is not None and sequence_parallel:
+            self.bias.sequence_parallel = True  # sees T/t tokens: grads need sync
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        partial = F.linear(x, self.weight)  # (B, T, C/t) @ (C/t, N) -> (B, T, N), partial sum
+        if self.sequence_parallel:
+            y = reduce_scatter_to_sequence(partial, self.group)  # (B, T/t, N)
+        else:
+            y = reduce_from_tp(partial, self.group)  # (B, T, N), the same on every rank
+        return y + self.bias if self.bias is not None else y
+
+    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        out = {"weight": _all_gather(_value(self.weight, grads), 1, self.group)}
+        if self.bias is not None:
+            out["bias"] = _value(self.bias, grads).clone()
+        return out
+
+
+def _value(p: nn.Parameter, grads: bool) -> torch.Tensor:
+    if not grads:
+        return p.detach()
+    if p.grad is None:
+        raise ValueError("a parameter has no .grad: run backward before unshard(grads=True)")
+    return p.grad
+
+
+# -- the Megatron blocks -----------------------------------------------------------------------
+
+class TPMLP(nn.Module):
+    """fc (column) -> GELU -> proj (row) -> dropout. (B, T, C) -> (B, T, 4C/t) -> (B, T, C)."""
+
+    def __init__(self, mlp: nn.Module, group, sequence_parallel: bool = False,
+                 rng: TPRandom | None = None):
+        super().__init__()
+        self.fc = ColumnParallelLinear(mlp.fc, group, sequence_parallel=sequence_parallel)
+        self.act = mlp.act
+        self.proj = RowParallelLinear(mlp.proj, group, sequence_parallel)
+        # Output dropout: replicated region without SP (same mask on every rank), a sequence slice
+        # with SP (each rank its own tokens -> the sharded stream).
+        self.drop = TPDropout(mlp.drop.p, rng if sequence_parallel else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(self.act(self.fc(x))))
+
+    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        fc = {k.replace("0.", "fc.", 1): v for k, v in self.fc.unshard(grads).items()}
+        return fc | {f"proj.{k}": v for k, v in self.proj.unshard(grads).items()}
+
+
+class TPAttention(nn.Module):
+    """Causal self-attention with n_head/t whole heads per rank; the same math as
+    models.CausalSelfAttention. Heads never talk to each other, so no comm inside attention."""
+
+    def __init__(self, attn: nn.Module, group, sequence_parallel: bool = False,
+                 rng: TPRandom | None = None):
+        super().__init__()
+        t = dist.get_world_size(group)
+        n_head = attn.q.out_features // attn.head_dim
+        if n_head % t:
+            raise ValueError(f"n_head={n_head} must be divisible by tp={t} (whole heads per rank)")
+        self.head_dim = attn.head_dim
+        self.qkv = ColumnParallelLinear([attn.q, attn.k, attn.v], group,
+                                        sequence_parallel=sequence_parallel)
+        self.proj = RowParallelLinear(attn.proj, group, sequence_parallel)
+        if attn.attn_drop.p > 0 and rng is None:
+            raise ValueError("attention dropout on split heads needs the sharded stream: pass rng")
+        self.attn_drop = TPDropout(attn.attn_drop.p, rng)  # own heads: sharded stream, always
+        self.resid_drop = TPDropout(attn.resid_drop.p, rng if sequence_parallel else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)  # each (B, T, C/t): this rank's heads
+        B, T, _ = q.shape
+        q = q.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H/t, T, hd)
+        k = k.view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / self.head_dim ** 0.5  # (B, H/t, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(diagonal=1)
+        att = self.attn_drop(F.softmax(att.masked_fill(future, float("-inf")), dim=-1))
+        y = (att @ v).transpose(1, 2).reshape(B, T, -1)  # (B, T, C/t)
+        return self.resid_drop(self.proj(y))  # (B, T, C) [SP: (B, T/t, C)]
+
+    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        out = {}
+        for k, v in self.qkv.unshard(grads).items():
+            j, name = k.split(".")
+            out[f"{'qkv'[int(j)]}.{name}"] = v
+        return out | {f"proj.{k}": v for k, v in self.proj.unshard(grads).items()}
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Split the VOCABULARY: rank i keeps rows [i V/t, (i+1) V/t) of the table, (V/t, C).
+    A rank looks up the ids it owns, writes zeros for the others, and g all-reduces:
+    (B, T) -> (B, T, C), 1 all-reduce of B*T*C values forward, nothing backward."""
+
+    def __init__(self, embedding: nn.Embedding, group):
+        super().__init__()
+        rank, t = _rank_and_size(group)
+        if embedding.num_embeddings % t:
+            raise ValueError(f"vocab {embedding.num_embeddings} is not divisible by tp={t}")
+        self.group, self.rows = group, embedding.num_embeddings // t
+        self.start = rank * self.rows
+        self.weight = nn.Parameter(embedding.weight.detach().chunk(t, 0)[rank].clone())
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        local = idx - self.start
+        outside = (local < 0) | (local >= self.rows)  # ids another rank owns
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)  # (B, T, C)
+        return reduce_from_tp(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
+
+    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        return {"weight": _all_gather(_value(self.weight, grads), 0, self.group)}
+
+
+# -- a whole TinyGPT ---------------------------------------------------------------------------
+
+def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
+                       rng: TPRandom | None = None, vocab_parallel: bool = False) -> nn.Module:
+    """Turn a TinyGPT's blocks into Megatron TP blocks IN PLACE (same parameter names; the
+    sharded weights are slices of the originals). Embeddings, final LayerNorm and head stay
+    replicated unless vocab_parallel=True (vocab-parallel embedding; column-parallel head with
+    its logits gathered, so lm_loss works unchanged). With sequence_parallel=True the first block
+    keeps only its sequence slice of the input (no comm) and the last block's output is
+    all-gathered (backward: keep my slice). Dropout > 0 needs rng = seed_tensor_parallel(...).
+    Per layer: forward 2 all-reduces [SP: 2 all-gathers + 2 reduce-scatters]; backward the same
+    [SP: + 2 re-gathers], plus (SP) one all-reduce of the LayerNorm/bias grads per step."""
+    t = dist.get_world_size(group)
+    if model.cfg.dropout > 0 and rng is None:
+        raise ValueError("dropout > 0: pass rng=seed_tensor_parallel(seed, group) so masks are "
+                         "equal where activations are replicated and differ where sharded")
+    if sequence_parallel and model.cfg.seq_len % t:
+        raise ValueError(f"sequence parallelism needs tp={t} to divide seq_len={model.cfg.seq_len}")
+    for block in model.blocks:
+        block.attn = TPAttention(block.attn, group, sequence_parallel, rng)
+        block.mlp = TPMLP(block.mlp, group, sequence_parallel, rng)
+        if sequence_parallel:  # LayerNorms see T/t tokens: mark their params for the grad sync
+            for p in [*block.ln1.parameters(), *block.ln2.parameters()]:
+                p.sequence_parallel = True
+    model.drop = TPDropout(model.drop.p)  # embedding dropout: replicated region
+    if sequence_parallel:
+        model.blocks[0].register_forward_pre_hook(
+            lambda _, args: (scatter_to_sequence(args[0], group),))  # (B, T, C) -> (B, T/t, C)
+        model.blocks[-1].register_forward_hook(
+            lambda _, args, out: gather_from_sequence(out, group, reduce_grad=False))
+    if vocab_parallel:
+        if model.head.weight is model.tok_emb.weight:
+            raise ValueError("vocab_parallel with tied weights is not supported here")
+        model.tok_emb = VocabParallelEmbedding(model.tok_emb, group)
+        model.head = ColumnParallelLinear(model.head, group, gather_output=True)
+    return model
+
+
+def sync_sequence_parallel_grads(model: nn.Module, group) -> int:
+    """All-reduce (ONE coalesced call) the grads of replicated params that saw only a sequence
+    slice (LayerNorms, row-parallel biases). Returns the bytes all-reduced (0 without SP)."""
+    grads = [p.grad for p in model.parameters()
+             if getattr(p, "sequence_parallel", False) and p.grad is not None]
+    if not grads:
+        return 0
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat, group=group)
+    for g, new in zip(grads, flat.split([g.numel() for g in grads])):
+        g.copy_(new.view_as(g))
+    return flat.numel() * flat.element_size()
+
+
+_SHARDED = (TPAttention, TPMLP, ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
+
+
+def unshard(model: nn.Module, grads: bool = False) -> dict[str, torch.Tensor]:
+    """Full (unsharded) parameters, or grads, of a tensor_parallelize'd model under the ORIGINAL
+    names, e.g. "blocks.0.attn.q.weight": ready for assert_close against the unsharded model.
+    A collective (all-gathers): every rank of the group must call it."""
+    out, done = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, _SHARDED) and not any((name + ".").startswith(d) for d in done):
+            fixed = module.unshard(grads)
+            if isinstance(module, ColumnParallelLinear):  # a lone column linear: one source
+                fixed = {k.split(".", 1)[1]: v for k, v in fixed.items()}
+            prefix = f"{name}." if name else ""
+            out |= {prefix + k: v for k, v in fixed.items()}
+            done.append(prefix)
+    for name, p in model.named_parameters():
+        if not any(name.startswith(d) for d in done):
+            out[name] = _value(p, grads).clone()
+    return out
+
+
+def full_dropout_masks(model: nn.Module, group) -> dict[str, torch.Tensor]:
+    """The last masks of every recording TPDropout, assembled to full size (a sharded mask is
+    all-gathered along its shard_dim). Feed them to replay_dropout_masks on the unsharded model."""
+    masks = {}
+    for name, m in model.named_modules():
+        if isinstance(m, TPDropout) and m.last_mask is not None:
+            mask = m.last_mask
+            if m.shard_dim is not None:
+                mask = _all_gather(mask.to(torch.uint8), m.shard_dim, group).bool()
+            masks[name] = mask
+    return masks
+
+
+class _ReplayDropout(nn.Module):
+    def __init__(self, mask: torch.Tensor, p: float):
+        super().__init__()
+        self.mask, self.p = mask, p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.mask / (1 - self.p)
+
+
+def replay_dropout_masks(model: nn.Module, masks: dict[str, torch.Tensor]) -> nn.Module:
+    """Replace the unsharded model's nn.Dropout modules named in `masks` by fixed-mask dropout,
+    so it computes exactly what a TP model with those masks should compute."""
+    for name, mask in masks.items():
+        model.set_submodule(name, _ReplayDropout(mask, model.get_submodule(name).p))
+    return model
+
+
+def set_recording(model: nn.Module, on: bool = True) -> None:
+    """Make every TPDropout keep (on=True) or drop its last mask."""
+    for m in model.modules():
+        if isinstance(m, TPDropout):
+            m.record, m.last_mask = on, None

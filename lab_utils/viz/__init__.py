@@ -1,0 +1,32 @@
+"""Figures and widgets: thin views over ``lab_utils.calc`` (ipywidgets + plotly).
+
+Figures (static, return ``plotly.graph_objects.Figure``):
+    gantt_figure              per-rank timeline, ideal (calc.schedule) or measured   (lab 07)
+    collective_state_figure   what every rank holds before / after a collective     (lab 03)
+
+Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.set(...)``):
+    memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05, 08)
+    bubble_explorer()      BubbleExplorer       pipeline schedule + bubble          (lab 07)
+    collective_explorer()  CollectiveExplorer   bytes, alpha-beta time, busbw       (lab 03)
+    amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 09)
+    planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 11)
+
+Each explorer has pure ``validate(values)``, ``figure_spec(state)`` and ``summary_html(state)``
+functions (testable without a browser); bad input shows ``.error_message`` in the widget.
+"""
+from lab_utils.viz._base import Explorer, apply_spec, to_figure
+from lab_utils.viz.amdahl_explorer import AmdahlExplorer, amdahl_explorer
+from lab_utils.viz.bubble_explorer import BubbleExplorer, bubble_explorer
+from lab_utils.viz.collective_explorer import CollectiveExplorer, collective_explorer
+from lab_utils.viz.gantt import (KIND_COLORS, collective_state_figure, gantt_figure,
+                                 gantt_spec, kind_of)
+from lab_utils.viz.memory_explorer import MemoryExplorer, memory_explorer
+from lab_utils.viz.planner_widget import PlannerWidget, planner_widget
+
+__all__ = [
+    "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
+    "Explorer", "apply_spec", "to_figure",
+    "MemoryExplorer", "memory_explorer", "BubbleExplorer", "bubble_explorer",
+    "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
+    "PlannerWidget", "planner_widget",
+]

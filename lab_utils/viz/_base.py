@@ -1,0 +1,231 @@
+"""The shape every explorer widget shares: controls -> validate -> pure figure spec -> view.
+
+An explorer is an ``ipywidgets.VBox`` (so it displays and nests like any widget) made of:
+
+    title    an HTML header with a stable text and CSS class (found by headless-browser tests)
+    controls ipywidgets whose ``.value`` IS the widget's state (the whole contract)
+    error    an HTML box: the readable message of the last bad input, empty when all is well
+    summary  HTML with the numbers the figure shows, stated in words
+    figure   a plotly ``FigureWidget``, updated in place
+
+Subclasses provide three PURE functions (no widgets, callable in tests):
+``validate(values) -> state`` (raises ValueError with a readable message),
+``figure_spec(state) -> {"data": [trace dicts], "layout": {...}}`` and
+``summary_html(state) -> str``. A bad input shows its message in ``error`` and leaves the
+figure at its last valid state; it never raises out of a callback.
+"""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+from traitlets import TraitError
+
+Spec = dict[str, Any]
+
+ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
+               "padding:6px 10px;margin:4px 0;font-size:13px")
+
+
+def error_html(message: str) -> str:
+    """The error box: the message, escaped, and a note that the figure did not change."""
+    return (f'<div class="lab-widget-error" style="{ERROR_STYLE}"><b>Cannot update:</b> '
+            f"{html.escape(message)}<br><i>The figure still shows the last valid input.</i>"
+            "</div>")
+
+
+def apply_spec(fig: go.FigureWidget, spec: Spec, previous: Spec | None = None) -> None:
+    """Push a figure spec into a live FigureWidget.
+
+    Same trace count and types as ``previous`` (the spec applied last): assign only the
+    top-level properties whose value changed, inside one batch. Each plotly assignment is
+    validated (~0.5 ms for a nested dict), so re-sending unchanged styling would cost most of
+    an update. Otherwise replace the traces. Builders emit the same keys for a slot, so no
+    stale property survives.
+    """
+    data = [dict(d) for d in spec["data"]]
+    types = [d.pop("type", "scatter") for d in data]
+    layout = spec.get("layout", {})
+    same = (previous is not None and len(fig.data) == len(data)
+            and all(t.type == ty for t, ty in zip(fig.data, types)))
+    if same:
+        assert previous is not None
+        old_layout = previous.get("layout", {})
+        with fig.batch_update():
+            for trace, props, old in zip(fig.data, data, previous["data"]):
+                changed = {k: v for k, v in props.items() if old.get(k) != v}
+                if changed:
+                    trace.update(**changed)
+            changed = {k: v for k, v in layout.items() if old_layout.get(k) != v}
+            if changed:
+                fig.layout.update(changed)
+        return
+    with fig.batch_update():
+        fig.data = []
+    fig.add_traces([dict(d, type=ty) for d, ty in zip(data, types)])
+    with fig.batch_update():
+        fig.layout.update(layout)
+
+
+def to_figure(spec: Spec) -> go.Figure:
+    """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
+    return go.Figure(spec)
+
+
+class Explorer(widgets.VBox):
+    """Base class; see the module docstring. ``set(**values)`` drives it from code."""
+
+    TITLE = "Explorer"
+    CSS = "lab-explorer"
+    COLUMNS = 4
+
+    def __init__(self, controls: dict[str, widgets.ValueWidget], **initial: Any) -> None:
+        self.controls = controls
+        self.header = widgets.HTML(
+            f'<h3 class="lab-widget-title" style="margin:4px 0">{html.escape(self.TITLE)}</h3>')
+        self.error = widgets.HTML("")
+        self.summary = widgets.HTML("")
+        self.figure = go.FigureWidget()
+        self.state: Any = None  # the last VALID state (what the figure shows)
+        self.spec: Spec | None = None  # the figure spec of that state (plain dicts)
+        self._holding = False
+        self._set_errors: list[str] = []
+        self._message = ""
+        for ctl in controls.values():
+            ctl.layout.width = "auto"
+            ctl.style.description_width = "initial"
+            ctl.observe(self._on_change, names="value")
+        grid = widgets.GridBox(
+            list(controls.values()),
+            layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, 1fr)",
+                                  grid_gap="4px 12px", width="100%"))
+        super().__init__([self.header, grid, self.error, self.summary, self.figure])
+        self.add_class("lab-explorer")
+        self.add_class(self.CSS)
+        if initial:
+            self.set(**initial)
+        else:
+            self.update()
+
+    # --- the pure part, overridden by each explorer -------------------------------------
+    @staticmethod
+    def validate(values: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    @staticmethod
+    def figure_spec(state: Any) -> Spec:
+        raise NotImplementedError
+
+    @staticmethod
+    def summary_html(state: Any) -> str:
+        return ""
+
+    # --- the view ------------------------------------------------------------------------
+    @property
+    def values(self) -> dict[str, Any]:
+        """The synced state: every control's current value, by name."""
+        return {name: ctl.value for name, ctl in self.controls.items()}
+
+    @property
+    def error_message(self) -> str:
+        """The readable message shown for the current input, "" when it is valid."""
+        return self._message
+
+    def set(self, **values: Any) -> "Explorer":
+        """Set several controls at once (one update at the end); returns self.
+
+        A value a control cannot hold (e.g. an unknown preset) is reported in the error box.
+        """
+        unknown = [k for k in values if k not in self.controls]
+        if unknown:
+            raise ValueError(f"unknown control(s) {unknown}; this widget has "
+                             f"{list(self.controls)}")
+        self._holding, self._set_errors = True, []
+        try:
+            for name, value in values.items():
+                try:
+                    self.controls[name].value = value
+                except (TraitError, ValueError, TypeError) as exc:
+                    self._set_errors.append(self._trait_message(name, value, exc))
+        finally:
+            self._holding = False
+        self.update()
+        return self
+
+    def _trait_message(self, name: str, value: Any, exc: Exception) -> str:
+        ctl = self.controls[name]
+        opts = getattr(ctl, "options", None)
+        if opts is not None:
+            keys = [o[1] if isinstance(o, tuple) else o for o in opts]
+            return f"{name} must be one of {', '.join(map(repr, keys))}; got {value!r}"
+        return f"{name} cannot be {value!r}: {type(ctl).__name__} holds a {type(ctl.value).__name__}"
+
+    def _on_change(self, change: dict[str, Any]) -> None:
+        self.on_control_change(change)
+        if not self._holding:
+            self._set_errors = []  # a new edit replaces what a failed set() reported
+            self.update()
+
+    def on_control_change(self, change: dict[str, Any]) -> None:
+        """Hook for coupled controls (e.g. picking a device fills its memory)."""
+
+    def hold(self) -> "_Hold":
+        """``with w.hold(): ...`` changes several controls with ONE update at the end."""
+        return _Hold(self)
+
+    def update(self) -> bool:
+        """Validate the controls and redraw. Returns False (and shows why) on bad input."""
+        if self._set_errors:  # a value no control could hold: report it before anything else
+            return self._fail("; ".join(self._set_errors))
+        try:
+            state = self.validate(self.values)
+            spec = self.figure_spec(state)
+            summary = self.summary_html(state)
+        except ValueError as exc:
+            return self._fail(str(exc))
+        except Exception as exc:  # a calculator bug must not print a traceback in class
+            return self._fail(f"unexpected {type(exc).__name__}: {exc}")
+        apply_spec(self.figure, spec, self.spec)
+        self.spec = spec
+        self.summary.value = summary
+        self.state, self._message, self.error.value = state, "", ""
+        return True
+
+    def _fail(self, message: str) -> bool:
+        self._message = message
+        self.error.value = error_html(message)
+        return False
+
+
+class _Hold:
+    def __init__(self, explorer: Explorer) -> None:
+        self.explorer = explorer
+
+    def __enter__(self) -> Explorer:
+        self.explorer._holding = True
+        return self.explorer
+
+    def __exit__(self, *exc: object) -> None:
+        self.explorer._holding = False
+        self.explorer.update()
+
+
+def dropdown(description: str, options: Any, value: Any) -> widgets.Dropdown:
+    return widgets.Dropdown(description=description, options=options, value=value)
+
+
+def int_text(description: str, value: int) -> widgets.IntText:
+    # IntText (not Bounded): an out-of-range entry must reach validate() and get a message
+    # instead of being silently clamped.
+    return widgets.IntText(description=description, value=value)
+
+
+def float_text(description: str, value: float) -> widgets.FloatText:
+    return widgets.FloatText(description=description, value=value)
+
+
+def checkbox(description: str, value: bool) -> widgets.Checkbox:
+    return widgets.Checkbox(description=description, value=value, indent=False)
+

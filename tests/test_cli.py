@@ -1,0 +1,69 @@
+"""`python -m lab_utils`: run, --print-command, doctor, and readable errors (exit 2)."""
+import os
+import subprocess
+import sys
+
+from lab_utils.cli import main, sbatch_script, torchrun_cluster_command
+from lab_utils.doctor import format_checks, run_checks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "lab_utils", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_run_prints_each_rank_result():
+    res = cli("run", "lab_utils.examples:allreduce_demo", "--nproc", "2")
+    assert res.returncode == 0, res.stderr
+    assert "rank 1 returned: {'before': [1.0, 2.0, 3.0, 4.0], 'after': [1.0, 3.0, 5.0, 7.0]}" in res.stdout
+
+
+def test_bad_targets_exit_2_with_one_line(capsys):
+    for target, expected in [("no_such_module:fn", "cannot import module 'no_such_module'"),
+                             ("lab_utils.examples:nope", "has no function 'nope'; it has: allreduce_demo"),
+                             ("lab_utils.examples", "must look like 'package.module:function'"),
+                             ("lab_utils.examples:LAUNCH_ENV", "is a tuple, not a function")]:
+        assert main(["run", target]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and "Traceback" not in err
+
+
+def test_bad_nproc_exits_2():
+    assert cli("run", "lab_utils.examples:hello", "--nproc", "0").returncode == 2
+    res = cli("run", "lab_utils.examples:hello", "--nproc", "two")
+    assert res.returncode == 2 and "invalid int value" in res.stderr
+
+
+def test_print_command_is_a_real_torchrun_command():
+    res = cli("run", "lab_utils.examples:hello", "--nproc", "8", "--nnodes", "2",
+              "--rdzv-endpoint", "node0:29500", "--print-command")
+    assert res.returncode == 0
+    assert ("torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 "
+            "--rdzv-id=lab -m lab_utils._worker --target lab_utils.examples:hello") in res.stdout
+    assert "#SBATCH --nodes=2" in res.stdout and "srun torchrun --nnodes=$SLURM_NNODES" in res.stdout
+
+
+def test_printed_command_runs_on_one_node():
+    """The printed command is not just text: run it (one node, gloo) and read the ranks' results."""
+    cmd = torchrun_cluster_command("lab_utils.examples:allreduce_demo", 2, 1, "127.0.0.1:0", "gloo", 60)
+    cmd[0:1] = [sys.executable, "-m", "torch.distributed.run"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[rank 1] result: {'before': [1.0, 2.0, 3.0, 4.0], 'after': [1.0, 3.0, 5.0, 7.0]}" in res.stdout
+
+
+def test_sbatch_script_uses_cpus_for_gloo():
+    script = sbatch_script("m:f", 4, 2, "gloo", 60)
+    assert "--cpus-per-task=4" in script and "--gpus-per-node" not in script
+
+
+def test_doctor_reports_every_check_and_passes_here():
+    checks = run_checks(smoke=True)
+    names = [c.name for c in checks]
+    assert names == ["python", "torch", "cpu cores", "backends", "gpus", "widgets", "2-rank all-reduce"]
+    assert all(c.status in ("OK", "WARN") for c in checks), format_checks(checks)
+    assert all(c.fix for c in checks if c.status != "OK"), "every problem needs its fix"
+    assert "2-rank all-reduce" in format_checks(checks)

@@ -1,0 +1,108 @@
+"""The exercise mechanism: every registered exercise accepts its reference solution and
+rejects each known-wrong implementation, on real ranks (one launch per world size)."""
+import sys
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from lab_utils import exercises
+from lab_utils.exercises import Exercise, Verdict, check, check_many, compare_tensors
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable in ranks
+
+
+def test_every_exercise_accepts_reference_and_rejects_wrong_answers():
+    registry = exercises.discover()
+    assert not exercises.DISCOVERY_ERRORS, exercises.DISCOVERY_ERRORS
+    assert "ring_all_reduce" in registry
+    items, labels = [], []
+    for ex in registry.values():
+        items.append((ex.name, ex.reference))
+        labels.append((ex.name, "reference"))
+        for what, fn in ex.wrong.items():
+            items.append((ex.name, fn))
+            labels.append((ex.name, what))
+    results = check_many(items)
+    for (name, what), res in zip(labels, results):
+        assert res.name == name
+        if what == "reference":
+            assert res.passed, f"{name}: the reference was rejected: {res.message}"
+        else:
+            assert not res.passed, f"{name}: wrong implementation {what!r} was accepted"
+            assert res.message, f"{name}: {what!r} rejected without an explanation"
+
+
+# ------------------------------------------------ the mechanism itself, on a toy exercise
+def _toy_check(ctx, fn):
+    x = torch.tensor([1.0, 2.0]) * (ctx.rank + 1)
+    expected = x.clone()
+    dist.all_reduce(expected, group=ctx.group)
+    problem = compare_tensors(fn(x.clone(), ctx.group), expected, unchanged=x)
+    return Verdict.fail(problem) if problem else Verdict.ok("summed")
+
+
+def _toy_reference(t, group):
+    dist.all_reduce(t, group=group)
+    return t
+
+
+def _toy_doubled(t, group):
+    dist.all_reduce(t, group=group)
+    return t * 2
+
+
+def _toy_stub(t, group):
+    raise NotImplementedError
+
+
+def _toy_raises_on_rank1(t, group):
+    if dist.get_rank(group) == 1:
+        raise ValueError("boom on rank 1")
+    dist.all_reduce(t, group=group)
+    return t
+
+
+def _toy_deadlock(t, group):
+    other = 1 - dist.get_rank(group)
+    dist.recv(t, other, group=group)  # both ranks wait to receive: nobody sends
+    return t
+
+
+def test_check_reports_wrong_stub_exception_and_deadlock_without_raising(capsys):
+    toy = exercises.register(Exercise(
+        name="toy_sum", lab="test", summary="sum", check=_toy_check, reference=_toy_reference,
+        wrong={"doubled": _toy_doubled}, world_size=2, timeout_s=30, hint="use all_reduce"))
+    try:
+        ok, doubled, stub = check_many([("toy_sum", toy.reference), ("toy_sum", _toy_doubled),
+                                        ("toy_sum", _toy_stub)])
+        assert ok.passed and ok.message == "summed"
+        assert not doubled.passed and "2 x the expected" in doubled.message
+        assert not stub.passed and stub.message.startswith("not implemented yet")
+        raised = exercises.check_toy_sum(_toy_raises_on_rank1)  # the check_<name> shortcut
+        assert not raised.passed and "boom on rank 1" in raised.message
+        assert "ValueError" in raised.message
+        stuck = check("toy_sum", _toy_deadlock)
+        assert not stuck.passed and "stuck" in stuck.message
+        printed = capsys.readouterr().out
+        assert "[NOT YET] toy_sum" in printed and "hint: use all_reduce" in printed
+    finally:
+        exercises._core._REGISTRY.pop("toy_sum", None)
+
+
+def test_compare_tensors_explains_differences():
+    e = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert compare_tensors(e.clone(), e) is None
+    assert "None" in compare_tensors(None, e)
+    assert "shape" in compare_tensors(e[:3], e)
+    assert "0.25 x" in compare_tensors(e / 4, e)
+    assert "still equal to the input" in compare_tensors(e * 0, e, unchanged=e * 0)
+    partial = e.clone()
+    partial[2] = 0
+    assert "25% of the result's elements differ (first at index (2,)" in compare_tensors(partial, e)
+
+
+def test_show_solution_prints_reference_source(capsys):
+    text = exercises.show_solution("ring_all_reduce")
+    assert "def ring_all_reduce" in text and "def ring_reduce_scatter" in text
+    assert "def ring_all_reduce" in capsys.readouterr().out

@@ -1,0 +1,199 @@
+"""The launcher: results come back, failures and hangs end cleanly, nothing is left behind."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from lab_utils import RankFailure, RankTimeout, run
+from lab_utils.launch import oversubscription_note
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def worker_pids() -> list[int]:
+    """PIDs of processes still running a lab_utils worker (there should be none between runs)."""
+    out = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines()
+            if "lab_utils/_worker.py" in line and line.split()[1][0] != "Z"]
+
+
+def sum_of_ranks(ctx, scale, offset=0.0):
+    t = torch.tensor([float(ctx.rank) * scale + offset])
+    dist.all_reduce(t, group=ctx.group)
+    return {"rank": ctx.rank, "world": ctx.world_size, "sum": t.item(), "device": str(ctx.device)}
+
+
+def test_results_by_rank_with_args_and_kwargs():
+    results = run(sum_of_ranks, 4, 2.0, offset=1.0, quiet=True)
+    expected_sum = sum(2.0 * r + 1.0 for r in range(4))
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert all(r["world"] == 4 and r["sum"] == expected_sum and r["device"] == "cpu" for r in results)
+    assert results.backend == "gloo" and results.world_size == 4 and results.clean_exit
+    assert results.elapsed_s > 0
+
+
+def test_function_defined_in_a_cell_travels_by_value():
+    # Like a notebook cell: a closure over a local variable, not importable by the ranks.
+    secret = 41
+
+    def cell_fn(ctx):
+        return secret + ctx.rank
+
+    assert run(cell_fn, 2, quiet=True) == [41, 42]
+
+
+def test_output_is_streamed_with_rank_prefix(capsys):
+    def chatty(ctx):
+        print("hello from", ctx.rank)
+
+    results = run(chatty, 2)
+    out = capsys.readouterr().out
+    assert "[rank 0] hello from 0" in out and "[rank 1] hello from 1" in out
+    assert "[rank 1] hello from 1" in results.log
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), ("4", TypeError),
+                                        (2.0, TypeError), (True, TypeError)])
+def test_bad_world_size_is_named(bad, error):
+    with pytest.raises(error, match="world_size"):
+        run(sum_of_ranks, bad, 1.0)
+
+
+def test_unpicklable_function_gets_a_clear_message():
+    lock = threading.Lock()
+
+    def uses_lock(ctx):
+        with lock:
+            return ctx.rank
+
+    with pytest.raises(TypeError, match="could not send 'uses_lock'.*cannot be"):
+        run(uses_lock, 2)
+
+
+def test_not_callable_and_bad_backend():
+    with pytest.raises(TypeError, match="fn must be a function"):
+        run(42, 2)
+    with pytest.raises(ValueError, match="backend must be"):
+        run(sum_of_ranks, 2, 1.0, backend="mpi")
+
+
+def raise_on_rank_2(ctx):
+    if ctx.rank == 2:
+        raise ValueError("bad value on purpose")
+    t = torch.ones(1)
+    dist.all_reduce(t, group=ctx.group)  # the others wait here for rank 2
+    return ctx.rank
+
+
+def test_a_raising_rank_is_named_with_its_traceback_and_all_ranks_go():
+    start = time.perf_counter()
+    with pytest.raises(RankFailure) as info:
+        run(raise_on_rank_2, 4, quiet=True, timeout_s=60)
+    elapsed = time.perf_counter() - start
+    message = str(info.value)
+    assert message.startswith("rank 2 raised ValueError: bad value on purpose")
+    assert "raise_on_rank_2" in message and "Traceback" in message  # the original traceback
+    assert 2 in info.value.tracebacks
+    assert not isinstance(info.value, RankTimeout)
+    assert elapsed < 30, f"failure took {elapsed:.1f} s to surface"
+    deadline = time.time() + 5  # all ranks gone within 5 s
+    while worker_pids() and time.time() < deadline:
+        time.sleep(0.1)
+    assert worker_pids() == []
+
+
+def stuck_in_recv(ctx):
+    if ctx.rank == 0:
+        t = torch.zeros(1)
+        dist.recv(t, src=1, group=ctx.group)  # rank 1 never sends
+    return ctx.rank
+
+
+def test_a_stuck_rank_ends_at_the_timeout_and_is_named():
+    start = time.perf_counter()
+    with pytest.raises(RankTimeout) as info:
+        run(stuck_in_recv, 2, quiet=True, timeout_s=20)
+    elapsed = time.perf_counter() - start
+    assert info.value.unfinished == [0]
+    assert str(info.value).startswith("rank 0 did not finish")
+    assert "Finished: rank 1" in str(info.value)
+    assert elapsed < 20 + 6
+    assert worker_pids() == []
+
+
+def test_deadline_kills_a_rank_that_never_reaches_a_collective():
+    def sleeper(ctx):
+        if ctx.rank == 1:
+            time.sleep(60)
+        return ctx.rank
+
+    start = time.perf_counter()
+    with pytest.raises(RankTimeout, match="deadline of 10 s") as info:
+        run(sleeper, 2, quiet=True, timeout_s=10, pg_timeout_s=30)
+    assert info.value.unfinished == [1]
+    assert time.perf_counter() - start < 10 + 6
+    assert worker_pids() == []
+
+
+def test_two_runs_at_once_do_not_collide():
+    results = {}
+
+    def launch(key, scale):
+        results[key] = run(sum_of_ranks, 2, scale, quiet=True)
+
+    threads = [threading.Thread(target=launch, args=(k, s)) for k, s in (("a", 1.0), ("b", 10.0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [r["sum"] for r in results["a"]] == [1.0, 1.0]
+    assert [r["sum"] for r in results["b"]] == [10.0, 10.0]
+
+
+def test_interrupt_kills_every_child():
+    script = textwrap.dedent("""
+        import time
+        from lab_utils import run
+        def slow(ctx):
+            print("started", flush=True)
+            time.sleep(120)
+        run(slow, 2, timeout_s=200)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    for line in proc.stdout:  # wait until the ranks really run
+        if "started" in line:
+            break
+    proc.send_signal(signal.SIGINT)  # what "interrupt kernel" sends
+    proc.wait(timeout=10)
+    deadline = time.time() + 5
+    while worker_pids() and time.time() < deadline:
+        time.sleep(0.1)
+    assert worker_pids() == []
+
+
+@pytest.mark.slow
+def test_twenty_launches_twenty_clean_exits():
+    """gloo ranks can abort after destroy_process_group; the worker's barrier + gc.collect()
+    teardown must make every exit clean (each rank reports after teardown, then leaves)."""
+    unclean = []
+    for i in range(20):
+        results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True)
+        if not results.clean_exit:
+            unclean.append(i)
+    assert unclean == []
+    assert worker_pids() == []
+
+
+def test_oversubscription_note():
+    cores = os.cpu_count()
+    assert oversubscription_note(cores + 1, "gloo").startswith(f"note: {cores + 1} ranks share")
+    assert oversubscription_note(1, "gloo") is None
+    assert oversubscription_note(cores + 1, "nccl") is None  # GPU ranks do not share CPU cores for compute
