@@ -16,10 +16,12 @@ human reading a cluster log) can tell the ranks apart.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import io
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -134,7 +136,8 @@ def _wait_until_all_forked(out_dir: str, rank: int, world_size: int, timeout_s: 
     connection (seen about once in 20 launches). When every rank has written its mark,
     the agent has finished forking, so connections from then on are safe.
     """
-    open(os.path.join(out_dir, f"forked{rank}"), "w").close()
+    with open(os.path.join(out_dir, f"forked{rank}"), "w") as f:
+        f.write(str(os.getpid()))  # the launcher signals this pid for a stack dump on a hang
     deadline = time.monotonic() + timeout_s
     while sum(n.startswith("forked") for n in os.listdir(out_dir)) < world_size:
         if time.monotonic() > deadline:
@@ -162,6 +165,10 @@ def _launcher_main(payload_path: str, out_dir: str) -> int:
     def on_error(r: int, record: dict) -> None:
         _write_atomic(os.path.join(out_dir, f"rank{r}.err"), record)
 
+    # On a hang, the launcher sends SIGUSR1 before killing: the rank's Python stack lands
+    # in a file, so the message can show the line where the rank was waiting.
+    stack_file = open(os.path.join(out_dir, f"rank{rank}.stack"), "w")
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
     import torch  # already imported by the forked agent: free
 
     torch.set_num_threads(options["threads"])

@@ -126,13 +126,15 @@ IMPLEMENTATIONS: dict[str, Callable] = {
 
 
 def time_all_reduce(ctx: Any, sizes_bytes: list[int], impls: tuple[str, ...] = ("gloo", "ring"),
-                    repeats: int = 5, warmup: int = 1) -> dict[str, list[float]]:
-    """Median seconds of one all-reduce per (implementation, size), max over ranks.
+                    repeats: int = 5, warmup: int = 1, group: Any = None) -> dict[str, list[float]]:
+    """Median seconds of one all-reduce per (implementation, size), max over the group's ranks.
 
-    Each repetition starts after a barrier and counts as long as its slowest rank (the
+    Each repetition starts after a barrier and lasts as long as its slowest rank (the
     collective is done when the last rank is); we report the median of ``repeats``.
-    Communication: the timed all-reduces plus one all-reduce(MAX) of one float per repetition.
+    Communication: the timed all-reduces plus one all-reduce(MAX) of one float64 per repetition.
+    Call it on every rank of ``group`` (default: ctx.group).
     """
+    group = group if group is not None else ctx.group
     out: dict[str, list[float]] = {name: [] for name in impls}
     for name in impls:
         fn = IMPLEMENTATIONS[name]
@@ -140,14 +142,42 @@ def time_all_reduce(ctx: Any, sizes_bytes: list[int], impls: tuple[str, ...] = (
             x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
             times = []
             for i in range(warmup + repeats):
-                dist.barrier(group=ctx.group)
+                dist.barrier(group=group)
                 t0 = time.perf_counter()
-                fn(x, ctx.group)
+                fn(x, group)
                 elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=ctx.group)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
                 if i >= warmup:
                     times.append(elapsed.item())
             out[name].append(statistics.median(times))
+    return out
+
+
+def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
+                     impls: tuple[str, ...] = ("gloo", "ring", "parameter_server"),
+                     repeats: int = 5) -> dict[int, dict]:
+    """Lab 03's experiment in one launch: for each n in ``group_sizes``, ranks 0..n-1 form a
+    group; they count, with a CommLedger, the messages and bytes one all-reduce of
+    sizes_bytes[-1] makes this rank send, then time every implementation at every size.
+    Ranks outside the group wait at a barrier. Returns {n: {"sends", "bytes", "times"}} on
+    the group's ranks ({} elsewhere); "times" as time_all_reduce.
+    """
+    from lab_utils.measure import CommLedger  # measure imports calc only; no cycle
+
+    out: dict[int, dict] = {}
+    for n in group_sizes:
+        group = dist.new_group(list(range(n)))  # collective: every rank takes part
+        if ctx.rank < n:
+            sends, sent = {}, {}
+            for name in impls:
+                x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
+                with CommLedger() as ledger:
+                    IMPLEMENTATIONS[name](x, group)
+                sends[name] = ledger.count("send")
+                sent[name] = ledger.bytes_sent()
+            times = time_all_reduce(ctx, sizes_bytes, impls, repeats, group=group)
+            out[n] = {"sends": sends, "bytes": sent, "times": times}
+        dist.barrier(group=ctx.group)
     return out
 
 

@@ -173,6 +173,39 @@ def _reader(stream, lines: "queue.Queue[str | None]") -> None:
     lines.put(None)
 
 
+def _request_stacks(out_dir: str, world_size: int) -> None:
+    """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see _worker)."""
+    asked = False
+    for rank in range(world_size):
+        mark = os.path.join(out_dir, f"forked{rank}")
+        if os.path.exists(os.path.join(out_dir, f"rank{rank}.ok")) or not os.path.exists(mark):
+            continue
+        try:
+            with open(mark) as f:
+                os.kill(int(f.read()), signal.SIGUSR1)
+            asked = True
+        except (ValueError, ProcessLookupError):
+            pass
+    if asked:
+        time.sleep(0.3)  # faulthandler writes from a signal handler: immediate, but not instant
+
+
+def _read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
+    stacks = {}
+    for rank in range(world_size):
+        path = os.path.join(out_dir, f"rank{rank}.stack")
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read().strip()
+            # keep the learner's frames: everything above the worker's own run_rank frame
+            lines = text.splitlines()
+            cut = next((i for i, line in enumerate(lines) if "_worker.py" in line and "run_rank" in line),
+                       len(lines))
+            if cut > 1:
+                stacks[rank] = "\n".join(lines[:cut])
+    return stacks
+
+
 def _read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[int, dict]]:
     ok, err = {}, {}
     for rank in range(world_size):
@@ -190,7 +223,7 @@ def _fmt_ranks(ranks) -> str:
 
 
 def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
-             timeout_s: float) -> RankFailure:
+             timeout_s: float, stacks: dict[int, str]) -> RankFailure:
     """Turn the ranks' reports into one readable exception."""
     unfinished = [r for r in range(world_size) if r not in ok]
     tracebacks = {r: rec["traceback"] for r, rec in err.items()}
@@ -206,6 +239,10 @@ def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit:
         if tracebacks:
             first = min(tracebacks)
             msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"
+        elif stacks:
+            first = min(stacks)
+            msg += f"\n\nWhere rank {first} was waiting (its Python stack at the deadline, innermost first):\n{stacks[first]}"
+            tracebacks = dict(stacks)
         return RankTimeout(msg, tracebacks, log, unfinished)
     if not err:
         tail = "\n".join(log[-30:])
@@ -215,9 +252,9 @@ def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit:
     followers = [r for r in err if r != first]
     stopped = [r for r in unfinished if r not in err]
     msg = (f"rank {first} raised {err[first]['type']}: {err[first]['message']}"
-           + (f"\n({_fmt_ranks(followers)} failed after it, typically a lost connection to rank "
-              f"{first}; {_fmt_ranks(stopped) if stopped else 'no rank'} stopped by the launcher)"
-              if followers or stopped else "")
+           + (f"\n({_fmt_ranks(followers)} failed after it, typically a lost connection to rank {first})"
+              if followers else "")
+           + (f"\n({_fmt_ranks(stopped)} stopped by the launcher)" if stopped else "")
            + f"\n\nOriginal traceback on rank {first}:\n{err[first]['traceback']}")
     return RankFailure(msg, tracebacks, log)
 
@@ -311,6 +348,8 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
                       f"waiting for {_fmt_ranks(waiting)}", flush=True)
                 next_progress = now + 10.0
     finally:
+        if deadline_hit:
+            _request_stacks(tmp, world_size)
         _kill_group(proc)  # no-op when torchrun already exited; kills everything otherwise
     elapsed = time.perf_counter() - start
     while True:  # drain what was printed before the kill
@@ -323,11 +362,12 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
             if not quiet and line.startswith("[rank "):
                 print(line, flush=True)
     ok, err = _read_records(tmp, world_size)
+    stacks = _read_stacks(tmp, world_size)
     for rank, record in err.items():
         record["_seen"] = os.path.getmtime(os.path.join(tmp, f"rank{rank}.err"))
     shutil.rmtree(tmp, ignore_errors=True)
     if err or len(ok) < world_size:
-        raise _failure(ok, err, world_size, log, deadline_hit, timeout_s)
+        raise _failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks)
 
     results = RunResults(ok[r] for r in range(world_size))
     results.elapsed_s = elapsed

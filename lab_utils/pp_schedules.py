@@ -20,6 +20,7 @@ exact; the backward's real compute (tiny) is not inside the recorded spans.
 """
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any, Sequence
 
@@ -58,7 +59,7 @@ class _SimF(torch.autograd.Function):
         ctx.stage = stage
         stage.record("F", stage.n_f, t0, stage.t_f)
         stage.n_f += 1
-        return h.view_as(h)
+        return h.clone()  # a new tensor (torch.pipelining detaches stage outputs in place)
 
     @staticmethod
     def backward(ctx, g):
@@ -122,6 +123,7 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
 
     cls_name, v, placement = TORCH_SCHEDULES[schedule]
     p, rank = ctx.world_size, ctx.rank
+    gc.freeze()  # no full garbage collection of torch's objects inside the timed step
     model = TinyGPT(cfg, seed=seed)
     all_stages = split_stages(model, p * v)
     timeline = Timeline(ctx)

@@ -118,6 +118,7 @@ class ZeroOptimizer:
         self.timeline = timeline  # lab_utils.measure.Timeline or None
         self._open: dict[str, tuple[str, float]] = {}  # unit -> (pass, start) of a compute span
         self.peak_gathered_bytes = 0  # stage 3: most bytes of full (unsharded) params held at once
+        self.held_trace: list[tuple[float, int]] = []  # (time, bytes held) when timeline is set
         self.units, seen = [], set()
         for name, module in units if units is not None else default_units(model):
             params = [p for p in module.parameters() if p.requires_grad and id(p) not in seen]
@@ -218,8 +219,7 @@ class ZeroOptimizer:
         with self._span("all_gather", u, which):
             u.full.untyped_storage().resize_(u.padded * u.full.element_size())
             dist.all_gather_single(u.full, u.shard.detach(), group=self.group)
-        held = sum(x.full.untyped_storage().nbytes() for x in self.units)
-        self.peak_gathered_bytes = max(self.peak_gathered_bytes, held)
+        self.peak_gathered_bytes = max(self.peak_gathered_bytes, self._held())
 
     def _before(self, u: Unit, which: str) -> None:
         self._gather(u, which)
@@ -239,6 +239,14 @@ class ZeroOptimizer:
         """Drop the full parameters; views (the params, autograd's saved tensors) stay valid
         and see the data again after the next all-gather writes into the same storage."""
         u.full.untyped_storage().resize_(0)
+        self._held()
+
+    def _held(self) -> int:
+        """Bytes of full parameter buffers allocated now (stage 3: the units in use)."""
+        held = sum(x.full.untyped_storage().nbytes() for x in self.units)
+        if self.timeline is not None:
+            self.held_trace.append((self.timeline.now(), held))
+        return held
 
     # ---- bookkeeping -----------------------------------------------------------------------
     def zero_grad(self) -> None:

@@ -138,6 +138,7 @@ def test_deadline_kills_a_rank_that_never_reaches_a_collective():
     with pytest.raises(RankTimeout, match="deadline of 10 s") as info:
         run(sleeper, 2, quiet=True, timeout_s=10, pg_timeout_s=30)
     assert info.value.unfinished == [1]
+    assert "in sleeper" in str(info.value), "the message shows where the rank was waiting"
     assert time.perf_counter() - start < 10 + 6
     assert worker_pids() == []
 

@@ -201,7 +201,7 @@ def test_amdahl_curves_and_ceiling_equal_calc():
                    {"serial_fraction": 0.0}, {"n_max": 5000, "serial_fraction": 0.02}):
         w.set(**change)
         st = w.state
-        ns = list(w.figure.data[1].x)
+        ns = [int(n) for n in w.figure.data[1].x]
         assert ns[0] == 1 and ns[-1] == st.n_max
         assert list(w.figure.data[1].y) == approx(
             [calc.amdahl_speedup(st.serial_fraction, n) for n in ns])
@@ -265,3 +265,14 @@ def test_planner_says_when_nothing_fits():
     w = PlannerWidget(model="llama2-70b", n_nodes=1, gpu_mem_gb=16.0, global_batch=8, top_k=3)
     assert w.error_message == "" and "No layout fits" in w.summary.value
     assert all(not math.isnan(y) for y in w.figure.data[0].y)
+
+
+def test_hold_batches_changes_and_set_rejects_fractional_whole_numbers():
+    w = MemoryExplorer(model="7B", activations=False, compare=False)
+    with w.hold():
+        w.controls["dp"].value = 0  # invalid on its own, fixed before the hold ends
+        w.controls["dp"].value = 4
+        w.controls["zero_stage"].value = 3
+    assert w.error_message == "" and _totals(w) == approx([112.0 / 4])
+    assert "whole number" in _bad(w, dp=2.5)
+    assert w.values["dp"] == 4

@@ -54,9 +54,8 @@ def test_measured_dicts_shift_to_zero_and_hover_has_duration():
     bars = _bars(fig)
     assert bars == [("rank 0", "backward", 0.0, 1.0, "2"), ("rank 1", "forward", 0.25, 0.75, "3")]
     fwd = next(t for t in fig.data if t.name == "forward")
-    name, mb, start, end, dur = fwd.customdata[0]
-    assert (name, mb, start, end, dur) == ("forward", "3", 0.25, 0.75, 0.5)
-    assert "duration" in fwd.hovertemplate and "(s)" not in fwd.hovertemplate
+    assert fwd.hovertext[0] == ("rank 1<br>forward mb 3<br>start 0.25 s<br>end 0.75 s<br>"
+                                "duration 0.5 s")
 
 
 def test_color_by_meta_key_and_interleaved_chunk_labels():
@@ -94,3 +93,19 @@ def test_collective_state_figure_shows_every_rank_before_and_after():
     assert list(fig.data[0].y) == ["rank 0", "rank 1", "rank 2"]
     with pytest.raises(ValueError, match="at least one rank"):
         collective_state_figure([], [], "all_reduce")
+
+
+def test_dataclass_records_are_read_like_dicts():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Rec:
+        rank: int
+        name: str
+        start: float
+        end: float
+        mb: int
+
+    fig = gantt_figure([Rec(0, "F", 5.0, 6.0, 1), Rec(1, "B", 6.0, 8.0, 1)])
+    assert _bars(fig) == [("rank 0", "forward", 0.0, 1.0, "1"), ("rank 1", "backward", 1.0, 3.0, "1")]
+    assert fig.layout.xaxis.title.text == "time (s)"

@@ -233,7 +233,9 @@ def _combine(name: str, per_rank: list[dict]) -> CheckResult:
 def _from_failure(name: str, exc: Exception) -> CheckResult:
     from lab_utils.launch import RankTimeout
 
-    if isinstance(exc, RankTimeout):
+    # A rank whose receive or collective timed out raises a RankFailure of its own; either
+    # way the cause is ranks waiting for each other.
+    if isinstance(exc, RankTimeout) or "timed out" in str(exc).lower():
         msg = ("your ranks got stuck (a deadlock: every rank must make matching sends, "
                f"receives and collectives in the same order).\n{exc}")
     else:
@@ -243,7 +245,7 @@ def _from_failure(name: str, exc: Exception) -> CheckResult:
 
 def _report(result: CheckResult, ex: Exercise) -> CheckResult:
     print(result)
-    if not result.passed and ex.hint and not result.details.get("exception"):
+    if not result.passed and ex.hint:
         print(f"hint: {ex.hint}")
     return result
 

@@ -8,7 +8,8 @@ t_b = 20 ms). Then, in this order, it asks:
   2. did the run finish? A wrong order deadlocks: each stage reports what it waited for;
   3. are the gradients those of the single-process reference?
   4. does stage s hold at most p - s micro-batches of activations (1F1B's promise)?
-  5. is the measured bubble close to (p-1)/(m+p-1) (no extra idling)?
+  5. does the order idle more than 1F1B? (its ideal timeline vs (p-1)/(m+p-1); the measured
+     bubble is reported next to it, but machine noise does not decide the verdict)
 Communication per check: 2 (p-1) m p2p messages of (b, T, C) fp32, plus one all_gather_object of
 each rank's summary (events, peak count, gradient verdict) so that every rank judges alike.
 """
@@ -18,11 +19,11 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
 from lab_utils.pp import PipelineStuck, SimCompute, pipeline_step, reference_grads
 
 M, T_F, STUCK_AFTER_S = 8, 0.01, 3.0
-BUBBLE_SLACK = 0.15  # measured bubble may exceed (p-1)/(m+p-1) by this much (p2p latency, load)
 
 
 def reference(stage: int, p: int, m: int) -> list[str]:
@@ -95,7 +96,7 @@ def check(ctx: Any, fn: Callable) -> Verdict:
     mine: dict[str, Any] = {"stuck": None}
     try:
         res = pipeline_step(ctx, order=lambda s, p_, m_: orders[s], m=m,
-                            sim=SimCompute(T_F), warmup_step=False,
+                            sim=SimCompute(T_F), warmup_step=True,
                             deadlock_after_s=STUCK_AFTER_S)
         _, ref = reference_grads(m)
         wrong = (compare_tensors(g, ref[n], what=f"gradient of {n}")
@@ -129,21 +130,44 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
             f"batches at once (per stage: {peaks}); 1F1B holds at most p - s = {p - s} on stage "
             f"s (GPipe holds all m = {m}). The bubble is the same either way: 1F1B's gain is "
             "MEMORY, from starting each backward as early as possible.", peaks=peaks)
-    from lab_utils.calc.timeline import bubble_from_timeline
-
     measured = bubble_from_timeline([e for r in ranks for e in r["events"]]).mean
-    ideal = (p - 1) / (m + p - 1)
-    if measured > ideal + BUBBLE_SLACK:
+    ideal, yours = (p - 1) / (m + p - 1), _ideal_bubble(orders, p)
+    if yours > ideal + 1e-9:
         return Verdict.fail(
-            f"gradients right and memory within p - s {peaks}, but the ranks idle {measured:.0%} "
-            f"of the step; 1F1B idles (p-1)/(m+p-1) = {ideal:.0%}. Your order waits for each "
-            "micro-batch's gradient before starting the next forward: no pipelining.",
-            bubble=measured, peaks=peaks)
+            f"gradients right and memory within p - s {peaks}, but your order idles more: on "
+            f"an ideal timeline (t_b = 2 t_f, free communication) the ranks idle {yours:.0%} of "
+            f"the step, 1F1B (p-1)/(m+p-1) = {ideal:.0%}; measured on the ranks: {measured:.0%}."
+            " Some stage waits for a gradient when it could be running forwards: check the "
+            "warm-up count.", bubble=measured, peaks=peaks)
     same = orders == [reference(s, p, m) for s in range(p)]
     return Verdict.ok(f"1F1B: gradients match the reference, peak in-flight {peaks} (<= p - s), "
-                      f"bubble {measured:.0%} measured vs {ideal:.0%} = (p-1)/(m+p-1)"
+                      f"bubble {measured:.0%} measured vs (p-1)/(m+p-1) = {ideal:.0%}"
                       + ("" if same else " (your order differs from the textbook one)"),
                       bubble=measured, peaks=peaks)
+
+
+def _ideal_bubble(orders: list[list[str]], p: int, t_f: float = 1.0, t_b: float = 2.0) -> float:
+    """Idle fraction of the ideal timeline of these orders: each op starts when its rank is free
+    and its input exists (F_i on s after F_i on s-1; B_i on s after B_i on s+1)."""
+    end: dict[tuple[str, int, int], float] = {}
+    free, pos = [0.0] * p, [0] * p
+    while any(pos[s] < len(orders[s]) for s in range(p)):
+        moved = False
+        for s in range(p):
+            while pos[s] < len(orders[s]):
+                kind, i = orders[s][pos[s]][0], int(orders[s][pos[s]][1:])
+                dep = ("F", i, s - 1) if kind == "F" else ("B", i, s + 1)
+                if dep[2] in (-1, p):
+                    dep = None
+                if dep is not None and dep not in end:
+                    break  # waits for a neighbour
+                start = max(free[s], end[dep] if dep else 0.0)
+                free[s] = end[(kind, i, s)] = start + (t_f if kind == "F" else t_b)
+                pos[s], moved = pos[s] + 1, True
+        if not moved:
+            return 1.0  # deadlock: nothing can ever run again
+    busy = sum(len(o) for o in orders) / 2 * (t_f + t_b)
+    return 1 - busy / (p * max(free))
 
 
 register(Exercise(

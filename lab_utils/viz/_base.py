@@ -20,6 +20,7 @@ import html
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 import plotly.graph_objects as go
 from traitlets import TraitError
 
@@ -55,7 +56,7 @@ def apply_spec(fig: go.FigureWidget, spec: Spec, previous: Spec | None = None) -
         old_layout = previous.get("layout", {})
         with fig.batch_update():
             for trace, props, old in zip(fig.data, data, previous["data"]):
-                changed = {k: v for k, v in props.items() if old.get(k) != v}
+                changed = {k: _array(k, v) for k, v in props.items() if old.get(k) != v}
                 if changed:
                     trace.update(**changed)
             changed = {k: v for k, v in layout.items() if old_layout.get(k) != v}
@@ -64,9 +65,21 @@ def apply_spec(fig: go.FigureWidget, spec: Spec, previous: Spec | None = None) -
         return
     with fig.batch_update():
         fig.data = []
-    fig.add_traces([dict(d, type=ty) for d, ty in zip(data, types)])
+    fig.add_traces([dict({k: _array(k, v) for k, v in d.items()}, type=ty)
+                    for d, ty in zip(data, types)])
     with fig.batch_update():
         fig.layout.update(layout)
+
+
+_ARRAYS = ("x", "y", "base", "text", "hovertext")
+
+
+def _array(key: str, value: Any) -> Any:
+    """Long data lists as numpy arrays: plotly validates a list element by element (~10 us
+    each) but copies an array in one go, and the widget ships numeric arrays as binary."""
+    if key in _ARRAYS and isinstance(value, list) and len(value) > 16:
+        return np.asarray(value)
+    return value
 
 
 def to_figure(spec: Spec) -> go.Figure:
@@ -109,6 +122,11 @@ class Explorer(widgets.VBox):
         else:
             self.update()
 
+    def __repr__(self) -> str:
+        # Short text/plain (stored in executed notebooks) instead of the whole widget tree.
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.values.items())
+        return f"<{type(self).__name__}: {shown}{' | ' + self._message if self._message else ''}>"
+
     # --- the pure part, overridden by each explorer -------------------------------------
     @staticmethod
     def validate(values: dict[str, Any]) -> Any:
@@ -145,8 +163,13 @@ class Explorer(widgets.VBox):
         self._holding, self._set_errors = True, []
         try:
             for name, value in values.items():
+                ctl = self.controls[name]
+                if isinstance(ctl, widgets.IntText) and isinstance(value, float) \
+                        and not value.is_integer():  # IntText would silently truncate it
+                    self._set_errors.append(f"{name} must be a whole number, got {value!r}")
+                    continue
                 try:
-                    self.controls[name].value = value
+                    ctl.value = value
                 except (TraitError, ValueError, TypeError) as exc:
                     self._set_errors.append(self._trait_message(name, value, exc))
         finally:

@@ -79,7 +79,7 @@ def figure_spec(st: BubbleState) -> Spec:
              + f", t_b={st.t_b:g} t_f  |  bubble = {r.closed_form.of_ideal:.1%} of ideal "
              f"compute, {r.closed_form.of_total:.1%} of total time")
     return gantt_spec(r.timeline.events, title=title, width=1000,
-                      height=max(300, 120 + 42 * st.p))
+                      height=min(560, max(300, 120 + 42 * st.p)))
 
 
 def summary_html(st: BubbleState) -> str:

@@ -8,10 +8,12 @@ communication / optimizer), bars labelled with their micro-batch id.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
+
+from lab_utils.calc.pipeline import Event as PipelineEvent
 
 # One colour per kind of work, shared by ideal (F/B/W) and measured (forward/backward/...) events,
 # so the same work looks the same in every lab.
@@ -59,26 +61,28 @@ def kind_of(name: str) -> str:
 
 
 def _normalise(events: Iterable[Any]) -> tuple[list[_Bar], bool]:
-    """Read dicts and ``pipeline.Event``-like objects into one shape; say whether ideal."""
+    """Read dicts, ``calc.pipeline.Event`` objects and other dataclass records into one
+    shape; say whether the timeline is ideal (calc Events: times in units of t_f)."""
     bars, ideal = [], False
     for e in events:
-        if isinstance(e, Mapping):
-            missing = [k for k in ("rank", "start", "end") if k not in e]
-            if missing:
-                raise ValueError(f"timeline event {dict(e)!r} lacks {missing}; each event needs "
-                                 "'rank', 'start', 'end' (and usually 'name')")
-            meta = {k: v for k, v in e.items() if k not in ("rank", "name", "start", "end")}
-            name = str(e.get("name", e.get("kind", "?")))
-        elif all(hasattr(e, k) for k in ("rank", "kind", "start", "end")):
-            ideal = True  # a simulated calc.pipeline.Event: times are in units of t_f
-            meta = {"mb": getattr(e, "microbatch", None), "chunk": getattr(e, "chunk", 0)}
-            name = str(e.kind)
+        if isinstance(e, PipelineEvent):
+            ideal = True
+            rec: Mapping[str, Any] = {"rank": e.rank, "name": e.kind, "start": e.start,
+                                      "end": e.end, "mb": e.microbatch, "chunk": e.chunk}
+        elif isinstance(e, Mapping):
+            rec = e
+        elif is_dataclass(e) and not isinstance(e, type):
+            rec = asdict(e)  # e.g. a recorder's own event record
         else:
             raise ValueError(f"cannot read timeline event {e!r}: pass dicts with rank/name/"
                              "start/end or lab_utils.calc.pipeline.Event objects")
-        start, end = float(e["start"] if isinstance(e, Mapping) else e.start), \
-            float(e["end"] if isinstance(e, Mapping) else e.end)
-        rank = int(e["rank"] if isinstance(e, Mapping) else e.rank)
+        missing = [k for k in ("rank", "start", "end") if k not in rec]
+        if missing:
+            raise ValueError(f"timeline event {dict(rec)!r} lacks {missing}; each event needs "
+                             "'rank', 'start', 'end' (and usually 'name')")
+        meta = {k: v for k, v in rec.items() if k not in ("rank", "name", "start", "end")}
+        name = str(rec.get("name", rec.get("kind", "?")))
+        rank, start, end = int(rec["rank"]), float(rec["start"]), float(rec["end"])
         if end < start:
             raise ValueError(f"event {name!r} on rank {rank} ends before it starts "
                              f"({start} > {end})")
@@ -113,9 +117,6 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
     # Legend order: the canonical kinds first (forward, backward, ...), then the rest sorted.
     canon = list(KIND_COLORS)
     order = sorted(groups, key=lambda k: (canon.index(k) if k in canon else len(canon), k))
-    hover = ("%{y}<br>%{customdata[0]} mb %{customdata[1]}<br>start %{customdata[2]:.4g} "
-             f"{unit}<br>end %{{customdata[3]:.4g}} {unit}<br>duration %{{customdata[4]:.4g}} "
-             f"{unit}<extra></extra>")
     data = []
     for i, key in enumerate(order):
         grp = groups[key]
@@ -127,13 +128,15 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
             text=[_label(b, show_chunk) for b in grp], textposition="inside",
             insidetextanchor="middle",
             marker=dict(color=color, line=dict(color="white", width=0.5)),
-            customdata=[[b.name, _label(b, show_chunk) or "-", b.start - t0, b.end - t0,
-                         b.end - b.start] for b in grp],
-            hovertemplate=hover))
+            # one preformatted string per bar: cheaper to send than a 2-D customdata
+            hovertext=[f"rank {b.rank}<br>{b.name} mb {_label(b, show_chunk) or '-'}<br>"
+                       f"start {b.start - t0:.4g} {unit}<br>end {b.end - t0:.4g} {unit}<br>"
+                       f"duration {b.end - b.start:.4g} {unit}" for b in grp],
+            hovertemplate="%{hovertext}<extra></extra>"))
     labels = [f"rank {r}" for r in ranks]
     layout = dict(
         title=dict(text=title), barmode="overlay", bargap=0.25, width=width,
-        height=height or max(260, 110 + 45 * len(ranks)),
+        height=height or min(600, max(260, 110 + 45 * len(ranks))),  # fits 1280x800
         margin=dict(l=70, r=20, t=70 if title else 30, b=50),
         uniformtext=dict(minsize=8, mode="hide"),  # hide labels that do not fit a thin bar
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),

@@ -68,6 +68,7 @@ def _plans(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
     return tuple(plan(cfg, cluster, global_batch, seq_len, compute_efficiency=efficiency))
 
 
+@lru_cache(maxsize=16)  # the figure and the table share one selection per state
 def candidates(st: PlannerState) -> list[Plan]:
     """The rows shown: the best ``top_k`` feasible plans (one per layout if asked), then up to
     three infeasible layouts (least memory first) with their reasons."""
@@ -75,13 +76,19 @@ def candidates(st: PlannerState) -> list[Plan]:
     good = best_per_layout(plans) if st.per_layout else [p for p in plans if p.feasible]
     # Contrast rows: least memory first, one per layout and per KIND of problem (digits
     # stripped), so "TP spans nodes" does not crowd out "needs 95 GB > 80 GB".
-    bad, seen = [], set()
+    bad: list[Plan] = []
+    seen: set[object] = set()
     for p in plans:
-        kind = re.sub(r"[\d.]+", "#", p.problems[0]) if p.problems else ""
-        if not p.feasible and p.layout not in seen and kind not in seen:
-            seen.update((p.layout, kind))
+        if len(bad) == N_CONTRAST:
+            break
+        if p.feasible or p.layout in seen:
+            continue
+        seen.add(p.layout)
+        kind = re.sub(r"[\d.]+", "#", p.problems[0])
+        if kind not in seen:
+            seen.add(kind)
             bad.append(p)
-    return good[:st.top_k] + bad[:N_CONTRAST]
+    return good[:st.top_k] + bad
 
 
 def _label(i: int, p: Plan) -> str:

@@ -1,0 +1,86 @@
+"""lab_utils.collectives on 4 real ranks (one launch): ring phases and parameter server vs
+torch's collectives, and the bytes each rank sends vs the formulas, exactly."""
+import sys
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from lab_utils import run
+from lab_utils.calc import ring_bytes_per_rank
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _everything(ctx):
+    from lab_utils import collectives as C
+    from lab_utils.measure import CommLedger
+
+    n, r = ctx.world_size, ctx.rank
+    out = {"sums": [], "bytes": {}}
+    for numel in (4096, 13, 4):
+        x = torch.randn(numel, generator=torch.Generator().manual_seed(r * 7 + numel))
+        want = x.clone()
+        dist.all_reduce(want)
+        for name in ("ring", "parameter_server"):
+            got = x.clone()
+            with CommLedger() as led:
+                C.IMPLEMENTATIONS[name](got, None)
+            out["sums"].append((name, numel, torch.allclose(got, want, atol=1e-5)))
+            out["bytes"][(name, numel)] = (led.bytes_sent(), led.count("send"), led.count())
+    # the two phases alone, on a subgroup of ranks {1, 2, 3} (global ranks != group ranks)
+    sub = dist.new_group([1, 2, 3])
+    if r in (1, 2, 3):
+        x = torch.arange(12.0) * (r + 1)
+        want = x.clone()
+        dist.all_reduce(want, group=sub)
+        got = x.clone()
+        with CommLedger() as led:
+            chunk = C.ring_reduce_scatter(got, sub)
+            rs_sent = led.bytes_sent()
+            C.ring_all_gather(got, sub)
+        g = dist.get_rank(sub)
+        out["sub"] = (torch.equal(chunk, want[4 * g:4 * g + 4]), torch.equal(got, want),
+                      rs_sent, led.bytes_sent())
+    out["before_after"] = C.collective_before_after(ctx)
+    out["sweep"] = C.all_reduce_sweep(ctx, [16, 4096], [2, 4], repeats=1)
+    return out
+
+
+def test_ring_and_parameter_server_match_torch_and_formulas():
+    n = 4
+    res = run(_everything, n, timeout_s=120, quiet=True)
+    for r, out in enumerate(res):
+        assert all(ok for *_, ok in out["sums"]), out["sums"]
+        sent, sends, calls = out["bytes"][("ring", 4096)]
+        assert sent == ring_bytes_per_rank("all_reduce", n, 4096 * 4) == 2 * (n - 1) / n * 16384
+        assert sends == 2 * (n - 1) and calls == 4 * (n - 1)  # + as many recvs
+        ps_sent = out["bytes"][("parameter_server", 4096)][0]
+        assert ps_sent == ((n - 1) * 16384 if r == 0 else 16384)  # the server's link carries N-1x
+        for m in (2, 4):
+            if r >= m:
+                assert m not in out["sweep"]
+                continue
+            sw = out["sweep"][m]
+            assert sw["sends"]["ring"] == 2 * (m - 1) and sw["sends"]["gloo"] == 0
+            assert sw["bytes"]["ring"] == sw["bytes"]["gloo"] == 2 * (m - 1) / m * 4096
+            assert sw["sends"]["parameter_server"] == (m - 1 if r == 0 else 1)
+            assert all(t > 0 for ts in sw["times"].values() for t in ts)
+            assert all(len(ts) == 2 for ts in sw["times"].values())
+        if r > 0:
+            rs_ok, ar_ok, rs_sent, total = out["sub"]
+            assert rs_ok and ar_ok
+            assert rs_sent == ring_bytes_per_rank("reduce_scatter", 3, 48) == 32
+            assert total == ring_bytes_per_rank("all_reduce", 3, 48)
+    # what each rank holds: rank r starts with [10r, 10r+1, 10r+2, 10r+3]
+    start = [[10 * r + j for j in range(n)] for r in range(n)]
+    total = [sum(start[r][j] for r in range(n)) for j in range(n)]
+    for r, out in enumerate(res):
+        ba = out["before_after"]
+        assert ba["all_reduce"]["after"] == total
+        assert ba["reduce_scatter"]["after"] == [total[r]]
+        assert ba["all_gather"]["before"] == [start[r][r]]
+        assert ba["all_gather"]["after"] == [start[j][j] for j in range(n)]
+        assert ba["broadcast"]["after"] == start[0]
+        assert ba["reduce"]["after"] == (total if r == 0 else None)
+        assert ba["all_to_all"]["after"] == [start[j][r] for j in range(n)]
