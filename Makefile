@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 BUILD  := build
 
-.PHONY: lab test test-unit test-notebooks bench doctor strip clean-venv
+.PHONY: lab test test-unit bench doctor strip clean-venv browser-deps site
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,15 +20,27 @@ $(STAMP): requirements.txt pyproject.toml
 
 lab: $(STAMP)
 	$(PY) -m lab_utils doctor --no-smoke || true
-	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs \
+	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # Everything CI checks: unit + multi-rank tests, then every notebook twice in quick mode
 # (nbval --nbval-lax, and papermill writing executed copies to build/executed/).
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	LAB_QUICK=1 $(PY) -m pytest -q -p no:cacheprovider tests labs --nbval-lax --nbval-current-env
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_notebooks.py
+
+# The browser test drives Debian's chromium with Playwright (Playwright's own download is not
+# used). Installed here when missing; without apt-get the browser test is skipped (never in CI).
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	    echo "installing chromium for the browser test (apt-get)"; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	      --no-install-recommends chromium fonts-liberation >/dev/null; \
+	  else echo "chromium not found and no apt-get: the browser test will be skipped"; fi; }
 
 doctor: $(STAMP)
 	$(PY) -m lab_utils doctor

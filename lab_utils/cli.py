@@ -1,6 +1,7 @@
 """Command line: `python -m lab_utils <command>` (lab 00).
 
     python -m lab_utils doctor                                    pre-flight check
+    python -m lab_utils cards --lab 05                            flashcards in the terminal
     python -m lab_utils run lab_utils.examples:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
@@ -107,6 +108,12 @@ def _cmd_doctor(ns: argparse.Namespace) -> int:
     return 1 if any(c.status == "FAIL" for c in checks) else 0
 
 
+def _cmd_cards(ns: argparse.Namespace) -> int:
+    from lab_utils.cards import cli_main
+
+    return cli_main(ns.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--nnodes", type=int, default=1, help="nodes (with --print-command)")
     run_p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the first node (with --print-command)")
     run_p.set_defaults(func=_cmd_run)
+
+    cards_p = sub.add_parser("cards", help="flashcard quiz in the terminal (--help for options)",
+                             add_help=False)
+    cards_p.add_argument("rest", nargs=argparse.REMAINDER)
+    cards_p.set_defaults(func=_cmd_cards)
 
     doc_p = sub.add_parser("doctor", help="check this machine is ready for the labs")
     doc_p.add_argument("--no-smoke", action="store_true", help="skip the 2-rank launch")

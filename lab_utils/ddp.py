@@ -209,13 +209,30 @@ class BucketDDP(_DataParallelBase):
             handle.remove()
 
 
+class _AllReduceSum(torch.autograd.Function):
+    """y = sum over ranks of x, differentiable: the gradient of a sum is the sum of the
+    gradients, so backward is one more all-reduce (of dL_r/dy summed over ranks r)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        y = x.clone()  # all_reduce works in place; leave the input as autograd saved it
+        dist.all_reduce(y, op=dist.ReduceOp.SUM, group=group)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        return grad, None
+
+
 class SyncBatchNorm1d(nn.Module):
     """BatchNorm1d over the GLOBAL batch: statistics summed over ranks with one all-reduce.
 
     torch.nn.SyncBatchNorm only runs on GPUs; this CPU version shows the idea. Forward sends one
-    all-reduce of (count, sum, sum of squares): (2C + 1) floats; its autograd twin
-    (torch.distributed.nn.functional.all_reduce) all-reduces their gradients in backward.
-    Wraps an existing BatchNorm1d `bn` (its weight, bias and running stats). Input (B, C).
+    all-reduce of (count, sum, sum of squares): 2C + 1 numbers; backward one more of their
+    gradients. Wraps an existing BatchNorm1d `bn` (affine, with running stats). Input (B, C).
     """
 
     def __init__(self, bn: nn.BatchNorm1d, group: Any = None):
@@ -224,21 +241,20 @@ class SyncBatchNorm1d(nn.Module):
         self.group = group if group is not None else dist.group.WORLD
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
-
         bn = self.bn
         if not self.training:
             return bn(x)  # eval uses the running stats: nothing to synchronise
         count = torch.full((1,), float(x.shape[0]), dtype=x.dtype, device=x.device)
-        stats = torch.cat([count, x.sum(0), (x * x).sum(0)])  # (2C + 1,)
-        stats = differentiable_all_reduce(stats, group=self.group)
-        n, total, total_sq = stats[0], stats[1 : 1 + x.shape[1]], stats[1 + x.shape[1] :]
-        mean = total / n  # (C,) over the global batch
+        stats = torch.cat([count, x.sum(0), (x * x).sum(0)])  # (2C + 1,) this rank's shard
+        stats = _AllReduceSum.apply(stats, self.group)  # (2C + 1,) the global batch's
+        C = x.shape[1]
+        n, total, total_sq = stats[0], stats[1 : 1 + C], stats[1 + C :]
+        mean = total / n  # (C,)
         var = total_sq / n - mean * mean  # biased variance, what BatchNorm normalises with
         with torch.no_grad():  # running stats use the unbiased variance, as nn.BatchNorm1d does
             m = bn.momentum
             bn.running_mean.mul_(1 - m).add_(m * mean)
             bn.running_var.mul_(1 - m).add_(m * var * n / (n - 1))
             bn.num_batches_tracked += 1
-        y = (x - mean) / torch.sqrt(var + bn.eps)
+        y = (x - mean) / torch.sqrt(var + bn.eps)  # (B, C)
         return y * bn.weight + bn.bias

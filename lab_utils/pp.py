@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.data import token_batches
-from lab_utils.measure import Timeline
+from lab_utils.measure import SavedActivations, Timeline
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 
 _STEP_TAGS = itertools.count(1)  # every rank runs the same steps, so the counters agree
@@ -85,7 +85,6 @@ class StageWorker:
         self.peak_in_flight = self.peak_bytes = self.overran = 0
         self.loss = 0.0
         self.n_ops = 0
-        self._param_storages = {q.untyped_storage().data_ptr() for q in module.parameters()}
 
     # -- communication: neighbours only ----------------------------------------------------
     def _recv(self, src: int, what: str) -> torch.Tensor:
@@ -123,15 +122,14 @@ class StageWorker:
         else:
             x = self._recv(self.rank - 1, f"the activation of micro-batch {i} (F{i})")
             x.requires_grad_()  # we need d loss / d x to send back
-        saved = []
         with self.timeline.span("F", mb=i, stage=self.rank):
             t0 = time.perf_counter()
-            with torch.autograd.graph.saved_tensors_hooks(self._counter(saved), lambda t: t):
+            with SavedActivations(self.module) as acts:  # bytes autograd keeps for backward
                 y = self.module(x)  # (b, T, C), or logits (b, T, V) on the last stage
                 if self.last:  # mean over the GLOBAL batch: each micro-batch weighs 1/m
                     y = lm_loss(y, self.targets[i]) / self.m
             self._pad(t0, self.t_f)
-        self.stored[i] = (x, y, sum(saved))
+        self.stored[i] = (x, y, acts.bytes)
         self.peak_in_flight = max(self.peak_in_flight, len(self.stored))
         self.peak_bytes = max(self.peak_bytes, sum(s[2] for s in self.stored.values()))
         if self.last:
@@ -159,17 +157,6 @@ class StageWorker:
         for work, _ in self.sends:
             work.wait()
         self.sends.clear()
-
-    def _counter(self, saved: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
-        seen: set[int] = set()
-
-        def pack(t: torch.Tensor) -> torch.Tensor:  # bytes autograd keeps for backward
-            ptr = t.untyped_storage().data_ptr()
-            if ptr not in seen and ptr not in self._param_storages:  # weights are not activations
-                seen.add(ptr)
-                saved.append(t.untyped_storage().nbytes())
-            return t
-        return pack
 
 
 # -- schedules: plain functions, one per schedule -------------------------------------------

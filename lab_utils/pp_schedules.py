@@ -34,13 +34,14 @@ from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.pp import SimCompute, make_batch
 
 TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
-# name -> (schedule class name in torch.distributed.pipelining, chunks per rank, placement)
+# name -> (class in torch.distributed.pipelining, chunks per rank v, placement, backward split
+# into B = input gradient, sent on at once, and a deferred W = weight gradient?)
 TORCH_SCHEDULES = {
-    "gpipe": ("ScheduleGPipe", 1, "loop"),
-    "1f1b": ("Schedule1F1B", 1, "loop"),
-    "interleaved-1f1b": ("ScheduleInterleaved1F1B", 2, "loop"),
-    "interleaved-zb": ("ScheduleInterleavedZeroBubble", 2, "loop"),
-    "zbv": ("ScheduleZBVZeroBubble", 2, "V"),
+    "gpipe": ("ScheduleGPipe", 1, "loop", False),
+    "1f1b": ("Schedule1F1B", 1, "loop", False),
+    "interleaved-1f1b": ("ScheduleInterleaved1F1B", 2, "loop", False),
+    "interleaved-zb": ("ScheduleInterleavedZeroBubble", 2, "loop", True),
+    "zbv": ("ScheduleZBVZeroBubble", 2, "V", True),
 }
 
 
@@ -121,7 +122,7 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
     """
     import torch.distributed.pipelining as pipelining
 
-    cls_name, v, placement = TORCH_SCHEDULES[schedule]
+    cls_name, v, placement, _ = TORCH_SCHEDULES[schedule]
     p, rank = ctx.world_size, ctx.rank
     gc.freeze()  # no full garbage collection of torch's objects inside the timed step
     model = TinyGPT(cfg, seed=seed)
@@ -152,13 +153,55 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
                 losses=[loss.item() for loss in losses] if has_last else None)
 
 
+def replay(events: Sequence[dict], t_f: float = 1.0, t_b: float = 2.0, t_w: float | None = None,
+           v: int = 1, split: bool = False) -> list[dict] | None:
+    """Re-time a measured per-rank ORDER of operations with exact op times and free p2p.
+
+    Each rank runs its events (dicts with rank, name F/B/W, mb, stage) in the order recorded;
+    an op starts when its rank is free and its input exists: F(i, k) after F(i, k-1), B(i, k)
+    after B(i, k+1) (the last stage: after its own F), W(i, k) after B(i, k). Ops last t_f / v,
+    t_b / v (B) or, when ``split`` (zero-bubble: W deferred), (t_b - t_w) / v (B) and t_w / v (W,
+    t_w = t_b / 2 by default). Without ``split``, W events are dropped: they are part of B.
+    What is left is the SCHEDULE's own bubble, without the runtime's overheads; None if the
+    order deadlocks. The same max-plus recursion as calc.pipeline.schedule, on a measured order.
+    """
+    events = [e for e in events if split or e["name"] != "W"]
+    t_w = t_b / 2 if t_w is None else t_w
+    dur = {"F": t_f / v, "B": (t_b - t_w if split else t_b) / v, "W": t_w / v}
+    last = max(e["stage"] for e in events)
+    queues: dict[int, list[dict]] = {}
+    for e in sorted(events, key=lambda e: e["start"]):
+        queues.setdefault(e["rank"], []).append(e)
+    end: dict[tuple[str, int, int], float] = {}
+    free, pos, out = dict.fromkeys(queues, 0.0), dict.fromkeys(queues, 0), []
+    while len(out) < len(events):
+        moved = False
+        for r, queue in queues.items():
+            while pos[r] < len(queue):
+                e = queue[pos[r]]
+                name, i, k = e["name"], e["mb"], e["stage"]
+                dep = {"F": ("F", i, k - 1) if k > 0 else None,
+                       "B": ("B", i, k + 1) if k < last else ("F", i, k), "W": ("B", i, k)}[name]
+                if dep is not None and dep not in end:
+                    break  # waits for another stage
+                start = max(free[r], end[dep] if dep else 0.0)
+                free[r] = end[(name, i, k)] = start + dur[name]
+                out.append(dict(e, start=start, end=free[r]))
+                pos[r], moved = pos[r] + 1, True
+        if not moved:
+            return None
+    return out
+
+
 def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
     """Several torch-schedule experiments in one launch (dicts of torch_pipeline_step kwargs)."""
     return [torch_pipeline_step(ctx, **exp) for exp in experiments]
 
 
 def run_torch_pipeline(experiments: list[dict], world_size: int, **run_kwargs: Any) -> list[dict]:
-    """Launch; per experiment: events (all ranks, t=0 at the first op), bubble, mean loss, grads."""
+    """Launch; per experiment: events (all ranks, t=0 at the first op), bubble, mean loss, grads,
+    and ``replayed``: the same per-rank order re-timed by ``replay`` (simulated-compute times,
+    else t_f = 1, t_b = 2)."""
     from lab_utils.launch import run
 
     res = run(torch_worker, world_size, experiments, **{"quiet": True, **run_kwargs})
@@ -169,7 +212,11 @@ def run_torch_pipeline(experiments: list[dict], world_size: int, **run_kwargs: A
         t0 = min(e["start"] for e in events)
         events = [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in events]
         losses = next(r["losses"] for r in per_rank if r["losses"] is not None)
+        sim, (_, v, _, split) = exp.get("sim"), TORCH_SCHEDULES[exp["schedule"]]
+        t_f, t_b = sim.times(0) if sim else (1.0, 2.0)
+        ideal = replay(events, t_f, t_b, exp.get("t_w_frac", 0.5) * t_b, v, split)
         out.append(dict({"m": 4, **exp}, events=events, bubble=bubble_from_timeline(events),
+                        replayed=ideal, replayed_bubble=ideal and bubble_from_timeline(ideal),
                         loss=sum(losses) / len(losses),  # mean of micro-batch means = global mean
                         grads={n: g for r in per_rank for n, g in r["grads"].items()}))
     return out

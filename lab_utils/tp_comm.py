@@ -25,6 +25,9 @@ by a ring (lab_utils.calc.comm.ring_bytes_per_rank): all-reduce 2(t-1)/t D; all-
 reduce-scatter (t-1)/t D each. Every collective is a plain dist.* call that moves a COPY (the
 collectives work in place, and an incoming gradient may be shared with another branch).
 
+``vocab_parallel_cross_entropy``: the loss on vocab-split logits with 3 all-reduces of B*T values
+(max, target logit, sum of exps) instead of gathering the B*T*V logits.
+
 ``simulated_link`` is a SIMULATION aid for the lab: it sleeps alpha + bytes/bandwidth after
 every collective, to show what a slow (inter-node) link would cost.
 """

@@ -1,25 +1,32 @@
 """ZeRO stages 0-3 from scratch (lab 05): shard the optimizer state, then the gradients, then
-the parameters, over the K data-parallel ranks (Rajbhandari et al. 2020, "ZeRO", Sec. 5).
+the weights, over the K data-parallel ranks (Rajbhandari et al. 2020, "ZeRO", Sec. 5).
 
-The model is cut into UNITS (each TinyGPT block, each ToyMLP Linear, plus a "root" unit with
-everything else: embeddings, final norm, head). Each unit's parameters live in ONE flat fp32
-buffer `full` of P_u elements (its N_u parameters, zero-padded to a multiple of K so every rank's
-shard has P_u / K elements: gloo has no uneven reduce-scatter). Rank r owns slice r of every unit.
-The optimizer (a plain torch optimizer) only ever sees the shards, so its Adam m and v are
-sharded in every stage >= 1. A step is three named phases, nanochat style:
+    zero = ZeroOptimizer(model, stage, ctx.group, "adamw", lr)   # stage 0 = DDP
+    zero.zero_grad(); loss_fn(model(x), y).backward(); zero.step()
+    zero.state_bytes()       # per-rank params / grads / optimizer bytes, as calc.model_state_memory
+    zero1_step(...)          # ZeRO-1 on one flat buffer, the exercise's reference
 
-  stage 0 (DDP)    reduce: all-reduce(grads)         update: whole buffer   gather: -
-  stage 1 (P_os)   reduce: reduce-scatter(grads)     update: own shard      gather: all-gather
-  stage 2 (P_os+g) reduce: reduce-scatter per unit DURING backward, full grads freed   (same)
-  stage 3 (P_os+g+p) params kept as shards; each unit is all-gathered before its forward, freed,
-                   all-gathered AGAIN before its backward, freed; grads reduce-scattered.
+The model is cut into UNITS (each TinyGPT block or ToyMLP Linear, plus a "root" unit with the
+rest: embeddings, final norm, head). A unit's parameters live in ONE flat buffer of P_u elements
+(zero-padded to a multiple of K: gloo has no uneven reduce-scatter); rank r owns slice r. The
+optimizer (a plain torch optimizer) sees only the slices, so Adam's m, v are sharded for every
+stage >= 1. A step is three named phases (nanochat style):
 
-Bytes one rank sends per step, P = 4 x padded params (fp32), ring collectives:
-  stage 0: all-reduce 2(K-1)/K P;  stages 1, 2: reduce-scatter (K-1)/K P + all-gather (K-1)/K P
-  = the SAME 2(K-1)/K P;  stage 3: 2 all-gathers + 1 reduce-scatter = 3(K-1)/K P = 1.5x DDP.
-Per-rank model state, fp32 Adam (calc recipe "fp32_adam": 4 w + 4 g + 8 m,v = 16 B/param):
-  stage 0: 16N; stage 1: 8N + 8N/K; stage 2: 4N + 12N/K; stage 3: 16N/K (plus padding).
-With one rank every stage is plain training: the collectives move nothing.
+  stage 0 (DDP)      reduce: all-reduce(grads)       update: whole buffer   gather: -
+  stage 1 (P_os)     reduce: reduce-scatter(grads)   update: own slice      gather: all-gather
+  stage 2 (P_os+g)   as stage 1, but each unit is reduce-scattered DURING backward, as soon as its
+                     last gradient arrives, and its full gradient freed at once
+  stage 3 (P_os+g+p) only the slice of the weights is kept: a unit is all-gathered before its
+                     forward, freed, all-gathered AGAIN before its backward, freed after its
+                     reduce-scatter (reshard_after_forward=False keeps it from forward to backward)
+
+Bytes one rank sends per step, P = bytes of the (padded) parameters, ring collectives:
+  stage 0: all-reduce 2(K-1)/K P.  Stages 1-2: reduce-scatter (K-1)/K P + all-gather (K-1)/K P =
+  the SAME 2(K-1)/K P.  Stage 3: 2 all-gathers + 1 reduce-scatter = 3(K-1)/K P = 1.5x DDP
+  (2(K-1)/K P with reshard_after_forward=False).
+Per-rank model state, fp32 Adam as run here (4 w + 4 g + 8 m,v = 16 B/param, calc "fp32_adam"):
+  16N, 8N + 8N/K, 4N + 12N/K, 16N/K (+ padding). Mixed precision ("mixed_adam", the fp32 master
+  belongs to the optimizer): 16N, 4N + 12N/K, 2N + 14N/K, 16N/K. One rank: plain training.
 """
 from __future__ import annotations
 
@@ -70,10 +77,6 @@ class Unit:
     grad_full: torch.Tensor | None = None  # (P_u,) stages 0-1: persistent full gradient
     pending: int = 0  # stages 2-3: params whose gradient has not arrived in this backward
 
-    @property
-    def gathered(self) -> bool:
-        return self.full.untyped_storage().nbytes() > 0
-
 
 def _views(flat: torch.Tensor, params: list[nn.Parameter]) -> list[torch.Tensor]:
     """Consecutive views of `flat` shaped like `params` (the padding at the end is left out)."""
@@ -97,9 +100,6 @@ def default_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
 class ZeroOptimizer:
     """ZeRO stage `stage` (0-3) data parallelism with a torch optimizer over the shards.
 
-    Training loop (identical for every stage):
-        zero = ZeroOptimizer(model, stage=2, group=ctx.group, optimizer="adamw", lr=1e-2)
-        zero.zero_grad(); loss_fn(model(x_shard), y_shard).backward(); zero.step()
     Every rank must build the same model (same seed). With `timeline` (measure.Timeline) every
     all-gather / forward / backward / reduce-scatter / optimizer span is recorded, mb=unit name.
     Use zero.zero_grad(), not model.zero_grad(): stages 0-1 keep .grad as views of a flat buffer.
@@ -214,8 +214,8 @@ class ZeroOptimizer:
 
     def _gather(self, u: Unit, which: str) -> None:
         """Stage 3: re-allocate the unit's full buffer and all-gather the shards into it."""
-        if u.gathered:
-            return
+        if u.full.untyped_storage().nbytes():
+            return  # already gathered (reshard_after_forward=False, or a second output hook)
         with self._span("all_gather", u, which):
             u.full.untyped_storage().resize_(u.padded * u.full.element_size())
             dist.all_gather_single(u.full, u.shard.detach(), group=self.group)
@@ -284,15 +284,13 @@ class ZeroOptimizer:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The model's weights, gathered if sharded (stage 3); a collective on every rank."""
-        peak = self.peak_gathered_bytes  # a diagnostic of training: not this one-off gather
-        for u in self.units:
-            if self.stage == 3:
-                self._gather(u, "state_dict")
+        peak, sharded = self.peak_gathered_bytes, [u for u in self.units if self.stage == 3]
+        for u in sharded:
+            self._gather(u, "state_dict")
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        for u in self.units:
-            if self.stage == 3:
-                self._free(u)
-        self.peak_gathered_bytes = peak
+        for u in sharded:
+            self._free(u)
+        self.peak_gathered_bytes = peak  # a diagnostic of training, not of this one-off gather
         return state
 
     # ---- timeline: compute spans of each layer, communication spans of every collective ------

@@ -113,3 +113,41 @@ def test_warnings_for_few_microbatches_and_zero2_with_pp():
 def test_planner_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("model, cluster, batch, seq, kwargs", [
+    ("llama2-7b", dgx_a100(2), 128, 4096, {}),
+    ("llama2-70b", H100x32, 16, 4096, {"allow_tp_across_nodes": True}),  # bubble warnings
+    ("1b", dgx_h100(1), 24, 2048, {"recipe": "fp32_sgd_momentum", "zero_stages": (3, 1),
+                                   "micro_batches": [8, 1, 1], "compute_efficiency": 1}),
+    ("gpt2-small", dgx_a100(3), 48, 1024, {"recomputes": ("full", "none"), "top_k": 9}),
+])
+def test_plan_fast_path_matches_evaluate_exactly(model, cluster, batch, seq, kwargs):
+    # plan() shares work across candidates (_planner_cache); it must return exactly what
+    # evaluating every candidate with evaluate() and sorting gives: same plans, same order,
+    # bit-identical numbers, same problems and warnings.
+    from lab_utils.calc.planner import _evaluate_all
+    cfg = PRESETS[model]
+    opts = {"micro_batches": (1, 2, 4, 8), "recomputes": ("none", "selective", "full"),
+            "zero_stages": (0, 1, 2, 3), "recipe": "mixed_adam",
+            "allow_tp_across_nodes": False, "compute_efficiency": 0.5}
+    opts.update({k: v for k, v in kwargs.items() if k != "top_k"})
+    ref = _evaluate_all(cfg, cluster, batch, seq, **opts)
+    ref.sort(key=lambda pl: (not pl.feasible, pl.step_s if pl.feasible else pl.memory_bytes))
+    ref = ref[:kwargs["top_k"]] if "top_k" in kwargs else ref
+    for _ in range(2):  # the second call answers from the cached per-layout tables
+        got = plan(cfg, cluster, batch, seq, **kwargs)
+        assert [type(p) for p in got] == [type(p) for p in ref]
+        assert [vars(p) for p in got] == [vars(p) for p in ref]
+        assert [repr(p) for p in got] == [repr(p) for p in ref]
+
+
+def test_plan_unusual_options_fail_like_evaluate():
+    with pytest.raises(ValueError, match="zero_stage must be 0, 1, 2 or 3"):
+        plan(LLAMA70, H100x32, 1024, 4096, zero_stages=(1, 5))
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        plan(LLAMA70, H100x32, 1024, 4096, recomputes=("none", "some"))
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        plan(LLAMA70, H100x32, 1024, 4096, recipe="adam")
+    with pytest.raises(ValueError, match="compute_efficiency must be"):
+        plan(LLAMA70, H100x32, 1024, 4096, compute_efficiency=0)

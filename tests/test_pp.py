@@ -15,6 +15,7 @@ from lab_utils.exercises.onef1b_order import (_ideal_bubble, _validate, referenc
                                               wrong_no_warmup, wrong_warmup_by_stage)
 from lab_utils.launch import RankFailure
 from lab_utils.pp import SimCompute, gpipe, one_f_one_b, reference_grads, run_pipeline
+from lab_utils.pp_schedules import TORCH_SCHEDULES, replay
 
 M = 6  # micro-batches in the gradient tests (> p, so 1F1B reaches its steady state)
 
@@ -99,11 +100,13 @@ def test_exercise_helpers_without_launch():
 
 
 def test_torch_schedules_match_reference():
-    from lab_utils.pp_schedules import TORCH_CONFIG, TORCH_SCHEDULES, run_torch_pipeline
+    from lab_utils.pp_schedules import TORCH_CONFIG, run_torch_pipeline
 
-    m = 4
+    # p = 2 ranks (4 stages with v = 2): every rank imports torch.distributed.pipelining (~6 s of
+    # CPU each, dynamo and DTensor), so fewer ranks on 2 cores is a much shorter test.
+    p, m = 2, 4
     exps = [dict(schedule=name, m=m) for name in TORCH_SCHEDULES]
-    results = run_torch_pipeline(exps, 4, timeout_s=180)
+    results = run_torch_pipeline(exps, p, timeout_s=180)
     ref_loss, ref_grads = reference_grads(m, cfg=TORCH_CONFIG)
     for res in results:
         assert res["loss"] == pytest.approx(ref_loss, rel=1e-5), res["schedule"]
@@ -112,8 +115,22 @@ def test_torch_schedules_match_reference():
             assert_close(res["grads"][n], g, rtol=1e-4, atol=1e-6)
         kinds = {e["name"] for e in res["events"]}
         assert kinds == {"F", "B", "W"}, res["schedule"]
-        v = 2 if res["schedule"] in ("interleaved-1f1b", "interleaved-zb", "zbv") else 1
-        assert len([e for e in res["events"] if e["name"] == "F"]) == 4 * v * m
+        v = TORCH_SCHEDULES[res["schedule"]][1]
+        assert len([e for e in res["events"] if e["name"] == "F"]) == p * v * m
+        assert res["replayed"] is not None  # torch's recorded order re-times without deadlock
+
+
+@pytest.mark.parametrize("name, p, m", [("gpipe", 4, 4), ("1f1b", 4, 8), ("zb-h1", 4, 8),
+                                        ("zb-h1", 3, 6), ("interleaved", 2, 4)])
+def test_replay_reproduces_calc_schedules(name, p, m):
+    v = 2 if name == "interleaved" else 1
+    ideal = schedule(name, p, m, v)
+    events = [dict(rank=e.rank, name=e.kind, mb=e.microbatch, stage=e.chunk * p + e.rank,
+                   start=e.start) for e in ideal.events]
+    again = replay(events, 1.0, 2.0, 1.0, v, split=name == "zb-h1")
+    assert max(e["end"] for e in again) == pytest.approx(ideal.makespan)
+    assert replay([dict(rank=0, name="B", mb=0, stage=0, start=0),
+                   dict(rank=0, name="F", mb=0, stage=0, start=1)]) is None  # B before F
 
 
 def test_bad_sim_and_reference_inputs():

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
+from operator import attrgetter
 
+from lab_utils.calc import _planner_cache
 from lab_utils.calc._check import choice, nonneg_int, pos_int, pos_num
 from lab_utils.calc.activations import RECOMPUTE, activation_bytes_per_layer
 from lab_utils.calc.comm import collective_time, tp_layer_comm
@@ -209,10 +211,6 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
                 tuple(problems), tuple(warnings))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
          micro_batches: tuple[int, ...] = (1, 2, 4, 8),
          recomputes: tuple[str, ...] = RECOMPUTE, zero_stages: tuple[int, ...] = (0, 1, 2, 3),
@@ -221,18 +219,46 @@ def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
     """Enumerate (dp, tp, pp, zero_stage, micro_batch, recompute) with dp*tp*pp = world,
     tp | n_heads, pp | n_layers, dp*micro_batch | global_batch; evaluate each with
     ``evaluate``; return feasible plans fastest first, then infeasible ones (least memory
-    first) with their reasons. ``top_k > 0`` keeps only that many. Lab 08.
+    first) with their reasons. ``top_k > 0`` keeps only that many. The work candidates share
+    is done once (``_planner_cache``); the plans are exactly ``evaluate``'s. Lab 08.
     """
     pos_int("global_batch", global_batch)
     pos_int("seq_len", seq_len)
     nonneg_int("top_k", top_k)
     for mb in micro_batches:
         pos_int("each micro batch size", mb)
+    if _planner_cache.fast_path_ok(cfg, cluster, global_batch, seq_len, micro_batches,
+                                   recomputes, zero_stages, recipe, compute_efficiency):
+        out = _planner_cache.candidates(cfg, cluster, global_batch, seq_len, micro_batches,
+                                        recomputes, zero_stages, recipe, allow_tp_across_nodes,
+                                        compute_efficiency)  # same Plans, work shared
+    else:
+        out = _evaluate_all(cfg, cluster, global_batch, seq_len, micro_batches, recomputes,
+                            zero_stages, recipe, allow_tp_across_nodes, compute_efficiency)
+    if not out:
+        raise ValueError(f"no layout divides the problem: the global batch {global_batch} "
+                         f"must be divisible by dp*micro_batch for some dp dividing "
+                         f"{cluster.world}; try a batch that is a multiple of {cluster.world}")
+    # = sort by (not feasible, step if feasible else memory): both sorts are stable
+    ok = [pl for pl in out if pl.feasible]
+    ok.sort(key=attrgetter("step_s"))
+    bad = [pl for pl in out if not pl.feasible]
+    bad.sort(key=attrgetter("memory_bytes"))
+    out = ok + bad
+    return out[:top_k] if top_k else out
+
+
+def _evaluate_all(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
+                  micro_batches: tuple[int, ...], recomputes: tuple[str, ...],
+                  zero_stages: tuple[int, ...], recipe: str, allow_tp_across_nodes: bool,
+                  compute_efficiency: float) -> list[Plan]:
+    """``plan``'s candidates, unsorted, one ``evaluate`` each (the reference the fast path in
+    ``_planner_cache`` must match; also used for unusual inputs)."""
     out = []
-    for tp in _divisors(cluster.world):
+    for tp in _planner_cache.divisors(cluster.world):
         if cfg.n_heads % tp:
             continue
-        for pp in _divisors(cluster.world // tp):
+        for pp in _planner_cache.divisors(cluster.world // tp):
             if cfg.n_layers % pp:
                 continue
             dp = cluster.world // (tp * pp)
@@ -242,12 +268,7 @@ def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
                         out.append(evaluate(cfg, cluster, global_batch, seq_len, dp, tp, pp,
                                             zero, mb, rc, recipe, True, allow_tp_across_nodes,
                                             compute_efficiency))
-    if not out:
-        raise ValueError(f"no layout divides the problem: the global batch {global_batch} "
-                         f"must be divisible by dp*micro_batch for some dp dividing "
-                         f"{cluster.world}; try a batch that is a multiple of {cluster.world}")
-    out.sort(key=lambda pl: (not pl.feasible, pl.step_s if pl.feasible else pl.memory_bytes))
-    return out[:top_k] if top_k else out
+    return out
 
 
 def best_per_layout(plans: list[Plan]) -> list[Plan]:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
 from lab_utils.pp import PipelineStuck, SimCompute, pipeline_step, reference_grads
+from lab_utils.pp_schedules import replay
 
 M, T_F, STUCK_AFTER_S = 8, 0.01, 3.0
 
@@ -146,28 +147,13 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
                       bubble=measured, peaks=peaks)
 
 
-def _ideal_bubble(orders: list[list[str]], p: int, t_f: float = 1.0, t_b: float = 2.0) -> float:
-    """Idle fraction of the ideal timeline of these orders: each op starts when its rank is free
-    and its input exists (F_i on s after F_i on s-1; B_i on s after B_i on s+1)."""
-    end: dict[tuple[str, int, int], float] = {}
-    free, pos = [0.0] * p, [0] * p
-    while any(pos[s] < len(orders[s]) for s in range(p)):
-        moved = False
-        for s in range(p):
-            while pos[s] < len(orders[s]):
-                kind, i = orders[s][pos[s]][0], int(orders[s][pos[s]][1:])
-                dep = ("F", i, s - 1) if kind == "F" else ("B", i, s + 1)
-                if dep[2] in (-1, p):
-                    dep = None
-                if dep is not None and dep not in end:
-                    break  # waits for a neighbour
-                start = max(free[s], end[dep] if dep else 0.0)
-                free[s] = end[(kind, i, s)] = start + (t_f if kind == "F" else t_b)
-                pos[s], moved = pos[s] + 1, True
-        if not moved:
-            return 1.0  # deadlock: nothing can ever run again
-    busy = sum(len(o) for o in orders) / 2 * (t_f + t_b)
-    return 1 - busy / (p * max(free))
+def _ideal_bubble(orders: list[list[str]], p: int) -> float:
+    """Idle fraction of the ideal timeline of these orders (t_b = 2 t_f, free communication);
+    1.0 if they deadlock."""
+    events = [dict(rank=s, name=op[0], mb=int(op[1:]), stage=s, start=k)
+              for s in range(p) for k, op in enumerate(orders[s])]
+    ideal = replay(events)
+    return 1.0 if ideal is None else bubble_from_timeline(ideal).mean
 
 
 register(Exercise(

@@ -107,12 +107,14 @@ class Explorer(widgets.VBox):
         self._set_errors: list[str] = []
         self._message = ""
         for ctl in controls.values():
-            ctl.layout.width = "auto"
+            ctl.layout.width = "100%"  # fill the grid cell; the cell, not the content, sets the width
             ctl.style.description_width = "initial"
             ctl.observe(self._on_change, names="value")
         grid = widgets.GridBox(
             list(controls.values()),
-            layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, 1fr)",
+            # minmax(0, 1fr): equal columns that may shrink below their content (a long
+            # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
+            layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
                                   grid_gap="4px 12px", width="100%"))
         super().__init__([self.header, grid, self.error, self.summary, self.figure])
         self.add_class("lab-explorer")

@@ -1,0 +1,177 @@
+"""End to end in a real browser: JupyterLab + headless Chromium + the widgets (issue 8).
+
+What a learner does: open a lab in JupyterLab, run the widget cell, change a control, see the
+plot change. The test does exactly that, reading the rendered plotly figure from the PAGE (the
+DOM), not from the kernel:
+
+1. copy labs/ to a temporary folder (JupyterLab autosaves: the learner's files stay untouched);
+2. start JupyterLab on 127.0.0.1 with a token, from this environment;
+3. open the lab with the memory explorer and the one with the bubble explorer in Chromium
+   (Debian's, driven by Playwright), run just the widget cells (each is self-contained);
+4. change one control of each; wait until the figure's data in the page changes;
+5. fail on "Error displaying widget" or a widget that never renders; save screenshots to
+   build/screenshots/ (1280x800).
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "build" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--disable-quic"]
+RENDER_TIMEOUT_MS = 60_000
+
+if not os.path.exists(CHROMIUM):
+    if os.environ.get("CI"):
+        pytest.fail("chromium is missing: `make test` installs it (apt-get install chromium)", pytrace=False)
+    pytest.skip("chromium not installed (on Debian/Ubuntu: apt-get install chromium)", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api")
+
+
+def widget_cell(call: str) -> tuple[Path, int]:
+    """(notebook, cell index) of the first lab cell that calls `call` (e.g. 'memory_explorer(')."""
+    for path in sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and call in cell.source:
+                return path, i
+    pytest.fail(f"no lab notebook has a cell calling {call}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory):
+    """A JupyterLab server on a copy of labs/, with settings that keep the page deterministic."""
+    home = tmp_path_factory.mktemp("jupyter")
+    labs = home / "labs"
+    shutil.copytree(ROOT / "labs", labs)
+    settings = home / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # every cell stays in the DOM (no windowing), so the test can find the widget's output
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    news = home / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                          "checkForUpdates": False}))
+    port, token = free_port(), uuid.uuid4().hex
+    log = open(home / "jupyter.log", "w")
+    env = dict(os.environ, LAB_QUICK="1", JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={labs}",
+         "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers run as root
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                tail = (home / "jupyter.log").read_text()[-3000:]
+                pytest.fail(f"JupyterLab did not start within 60 s; its log ends with:\n{tail}")
+            time.sleep(0.5)
+    yield base, token
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    with playwright.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 800})
+        yield context
+        context.close()
+
+
+def figure_data(explorer) -> str:
+    """The plotly traces as the page has them (the graph div's `data`), as JSON text."""
+    return explorer.locator(".js-plotly-plot").first.evaluate(
+        "gd => JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))")
+
+
+def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int):
+    page = browser.new_page()
+    page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+                           " && window.jupyterapp.shell.currentWidget.sessionContext"
+                           " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+                           " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                           timeout=RENDER_TIMEOUT_MS)
+    page.evaluate("""async (index) => {
+        const panel = window.jupyterapp.shell.currentWidget;
+        await panel.sessionContext.ready;
+        panel.content.activeCellIndex = index;
+        await window.jupyterapp.commands.execute('notebook:run-cell');
+    }""", index)
+    return page
+
+
+@pytest.mark.parametrize("call, css, change", [
+    ("memory_explorer(", ".memory-explorer", "model"),
+    ("bubble_explorer(", ".bubble-explorer", "m"),
+])
+def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, css, change):
+    base, token = jupyter
+    notebook, index = widget_cell(call)
+    page = open_and_run_cell(browser, base, token, notebook, index)
+    name = css.strip(".")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        explorer = page.locator(css).first
+        explorer.locator(".js-plotly-plot").first.wait_for(timeout=RENDER_TIMEOUT_MS)
+        page.wait_for_timeout(500)  # let plotly finish its first draw
+        before = figure_data(explorer)
+        assert before != "[]", "the figure rendered without data"
+        page.screenshot(path=str(SHOTS / f"{name}-before.png"))
+        if change == "model":  # a dropdown: pick another model size
+            select = explorer.locator(".widget-dropdown:has(label:text-is('model')) select")
+            current = select.input_value()
+            options = [o for o in select.locator("option").all_inner_texts() if o != current]
+            select.select_option(label=next(o for o in options if "70B" in o))
+        else:  # a number box: fewer micro-batches -> a bigger bubble
+            box = explorer.locator(".widget-text:has(label:text-is('m (micro-batches)')) input")
+            box.fill("4")
+            box.press("Enter")
+        page.wait_for_function(
+            """([sel, before]) => {
+                const gd = document.querySelector(sel + ' .js-plotly-plot');
+                return gd && JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base])) !== before;
+            }""", arg=[css, before], timeout=RENDER_TIMEOUT_MS)
+        after = figure_data(explorer)
+        assert after != before
+        assert explorer.locator(".lab-widget-error").count() == 0, "a valid change must not show an error"
+        page.screenshot(path=str(SHOTS / f"{name}-after.png"))
+        assert "Error displaying widget" not in page.content()
+    except Exception:
+        page.screenshot(path=str(SHOTS / f"{name}-FAILED.png"), full_page=True)
+        raise
+    finally:
+        page.close()
