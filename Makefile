@@ -49,6 +49,10 @@ doctor: $(STAMP)
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# A static HTML copy of the executed course (quick mode), readable without running anything.
+site: $(STAMP)
+	$(PY) -m lab_utils.site
+
 strip: $(STAMP)
 	$(PY) -m lab_utils.nbtools strip labs/*.ipynb
 

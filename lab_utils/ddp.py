@@ -108,15 +108,16 @@ class Bucket:
     world_size: int
     num_ready: int = 0  # gradients copied in during this backward
     work: Any = None  # the async all-reduce's handle (dist.Work) once launched
-    _slot: dict[int, int] = field(default_factory=dict)  # id(param) -> index in params
+    _views: dict[int, torch.Tensor] = field(default_factory=dict)  # id(param) -> its slot
 
     def __post_init__(self) -> None:
-        self._slot = {id(p): i for i, p in enumerate(self.params)}
+        # Views made once: slicing in every hook call is measurable Python overhead per step.
+        self._views = {id(p): self.buffer[o : o + p.numel()].view_as(p)
+                       for p, o in zip(self.params, self.offsets)}
 
     def grad_view(self, param: nn.Parameter) -> torch.Tensor:
-        """The slice of `buffer` that holds `param`'s gradient, shaped like `param`."""
-        i = self._slot[id(param)]
-        return self.buffer[self.offsets[i] : self.offsets[i] + param.numel()].view_as(param)
+        """The slice of `buffer` that holds `param`'s gradient, shaped like `param` (a view)."""
+        return self._views[id(param)]
 
 
 def grad_ready(bucket: Bucket, param: nn.Parameter) -> None:

@@ -144,10 +144,10 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
         specs = resolver.normalise_specs(raw["calc"]) if "calc" in raw else {}
         for name, spec in specs.items():
             values[name], rendered[name] = resolver.render_value(spec, f"calc {name!r}")
+        front, back = resolver.fill(front, rendered, "front"), resolver.fill(back, rendered, "back")
         if set(specs) - used:
             raise ValueError(f"calc value(s) {sorted(set(specs) - used)} never shown: put "
                              "{name} in the front or back")
-        front, back = resolver.fill(front, rendered, "front"), resolver.fill(back, rendered, "back")
     except ValueError as exc:
         problems.append(f"{where}: {exc}")
         return None
