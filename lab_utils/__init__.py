@@ -9,6 +9,15 @@ Main entry points:
     Ctx                                   what each rank's fn receives
 """
 from lab_utils.launch import RankFailure, RankTimeout, RunResults, run
-from lab_utils.context import Ctx
 
 __all__ = ["run", "Ctx", "RunResults", "RankFailure", "RankTimeout"]
+
+
+def __getattr__(name: str):
+    # Ctx lives with torch (lab_utils.context); loading it on first use keeps
+    # `python -m lab_utils cards` and `doctor --no-smoke` free of the torch import.
+    if name == "Ctx":
+        from lab_utils.context import Ctx
+
+        return Ctx
+    raise AttributeError(f"module 'lab_utils' has no attribute {name!r}")

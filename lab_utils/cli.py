@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["cards"]:  # the quiz parses its own options (argparse REMAINDER rejects "--lab" first)
+        return _cmd_cards(argparse.Namespace(rest=argv[1:]))
     parser = build_parser()
     ns = parser.parse_args(argv)  # argparse itself exits 2 on malformed options
     try:

@@ -9,9 +9,9 @@ Communication: point-to-point between NEIGHBOURS only, no collective. Per micro-
     backward: stage s <--isend-- stage s+1   d loss / d act  (b, T, C) fp32 = 4 b T C bytes
 so each boundary carries 2 * m * 4bTC = 8 B T C bytes per step, whatever the schedule.
 Sends are non-blocking (isend, waited at the end of the step) and receives blocking: a stage can
-send and then receive from the same neighbour without both waiting on each other. A receive that
-waits longer than ``recv_timeout_s`` raises, naming the op and the neighbour (a wrong schedule
-order deadlocks: that message says where).
+send and then receive from the same neighbour without both waiting on each other. With
+``deadlock_after_s`` set, a receive that waits longer raises PipelineStuck naming the op and the
+neighbour (a wrong schedule order deadlocks: that message says where).
 
 Schedules are plain functions over a StageWorker (``gpipe``, ``one_f_one_b``, ``from_order``).
 Both GPipe and 1F1B idle (p-1)/(m+p-1) of the step; 1F1B holds at most p-s micro-batches of
@@ -142,7 +142,8 @@ class StageWorker:
         if i not in self.stored:
             raise RuntimeError(f"stage {self.rank}: backward of micro-batch {i} before its forward")
         x, y, _ = self.stored.pop(i)  # free this micro-batch's activations after backward
-        grad = None if self.last else self._recv(self.rank + 1, f"the gradient of micro-batch {i} (B{i})")
+        grad = None if self.last else self._recv(self.rank + 1,
+                                                 f"the gradient of micro-batch {i} (B{i})")
         with self.timeline.span("B", mb=i, stage=self.rank):
             t0 = time.perf_counter()
             # = y.backward(grad), the same vector-Jacobian product bit for bit, without its
@@ -201,10 +202,12 @@ def make_batch(m: int, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG, seed: i
 def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
                   cfg: GPTConfig = PP_CONFIG, balance: list[int] | None = None,
                   sim: SimCompute | None = None, order: Callable | None = None,
-                  warmup_step: bool = True, deadlock_after_s: float | None = None, seed: int = 0) -> dict:
+                  warmup_step: bool | None = None, deadlock_after_s: float | None = None,
+                  seed: int = 0) -> dict:
     """One forward+backward step of a p-stage pipeline (p = world size) on this rank.
 
     ``order``: a function (stage, p, m) -> ["F0", "B0", ...] that replaces ``schedule``.
+    ``warmup_step`` (default: only with ``sim``) runs one untimed step first (real compute).
     Returns this rank's events, peak in-flight micro-batches / saved bytes, its loss part
     (last stage) and its gradients by full-model parameter name.
     """
@@ -217,6 +220,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     inputs, targets = make_batch(m, micro_batch, cfg, seed)
     shape = (micro_batch, cfg.seq_len, cfg.d_model)
     run_one = (lambda w: from_order(w, order(rank, p, m))) if order else SCHEDULES[schedule]
+    warmup_step = sim is not None if warmup_step is None else warmup_step
     for timed in ([False] if warmup_step else []) + [True]:
         # the untimed warm-up step (real compute) keeps first-call allocations out of the timeline
         w = StageWorker(rank, p, stage, inputs.chunk(m), targets.chunk(m), shape,
@@ -260,6 +264,27 @@ def run_pipeline(experiments: list[dict], world_size: int, **run_kwargs: Any) ->
     res = run(pp_worker, world_size, experiments, **{"quiet": True, **run_kwargs})
     return [merge([res[r][k] for r in range(world_size)], **{"schedule": "1f1b", "m": 4, **exp})
             for k, exp in enumerate(experiments)]
+
+
+def stage_compute_costs(cfg: GPTConfig, p: int, micro_batch: int = 2, repeats: int = 15,
+                        balance: list[int] | None = None) -> list[float]:
+    """CPU seconds of forward + backward of one micro-batch on each of the p stages (this
+    process, one thread, best of ``repeats``): the embeddings and the head slow their stages."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: a stand-in for one device, and no fight over cores
+    x, y = make_batch(1, micro_batch, cfg)
+    costs, h = [], x
+    for st in split_stages(TinyGPT(cfg, seed=0), p, balance):
+        inp = h if st.is_first else h.detach().requires_grad_()
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.thread_time()
+            h = st(inp)
+            (lm_loss(h, y) if st.is_last else h.sum()).backward()
+            best = min(best, time.thread_time() - t0)
+        costs.append(best)
+    torch.set_num_threads(threads)
+    return costs
 
 
 def reference_grads(m: int = 4, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG,

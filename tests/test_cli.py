@@ -67,3 +67,20 @@ def test_doctor_reports_every_check_and_passes_here():
     assert all(c.status in ("OK", "WARN") for c in checks), format_checks(checks)
     assert all(c.fix for c in checks if c.status != "OK"), "every problem needs its fix"
     assert "2-rank all-reduce" in format_checks(checks)
+
+
+def test_cards_subcommand_takes_its_own_options(tmp_path, capsys):
+    assert main(["cards", "--self-test"]) == 0
+    assert "deck self-test OK" in capsys.readouterr().out
+    res = subprocess.run([sys.executable, "-m", "lab_utils", "cards", "--lab", "05", "--n", "1",
+                          "--progress", str(tmp_path / "p.json")], cwd=ROOT, input="y\n",
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert res.returncode == 0, res.stderr
+    assert "You knew 1 of 1" in res.stdout and (tmp_path / "p.json").exists()
+
+
+def test_import_lab_utils_does_not_import_torch():
+    code = "import sys, lab_utils; assert 'torch' not in sys.modules; print(lab_utils.Ctx.__name__)"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert res.returncode == 0 and res.stdout.strip() == "Ctx", res.stderr

@@ -53,7 +53,7 @@ MISCONCEPTIONS: dict[str, str] = {
 CARD_FIELDS = {"id", "lab", "topics", "front", "back", "source", "calc"}
 REQUIRED = ("id", "lab", "topics", "front", "back")
 FILE_FIELDS = {"title", "cards"}
-ID_RE = re.compile(r"[a-z0-9][a-z0-9-]*[a-z0-9]")
+ID_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 TAG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 MIN_CARDS_PER_LAB = 5
 
@@ -133,7 +133,8 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
         problems.append(f"{where}: topics must be a list of lowercase tags like [zero, memory]")
     for name in ("front", "back", "source"):
         if name in raw and not isinstance(raw[name], str):
-            problems.append(f"{where}: '{name}' must be text")
+            problems.append(f"{where}: '{name}' must be text (quote text that starts "
+                            "with '{{' or '[', or use a '>-' block)")
     if len(problems) > start:
         return None
     front, back = raw["front"].strip(), raw["back"].strip()

@@ -97,10 +97,11 @@ class Progress:
     @classmethod
     def from_json(cls, data: object) -> "Progress":
         """Parse and validate; any deviation raises ValueError (the caller backs the file up)."""
-        if not isinstance(data, dict) or data.get("version") != FORMAT_VERSION:
+        if not isinstance(data, dict) or type(data.get("version")) is not int \
+                or data["version"] != FORMAT_VERSION:
             raise ValueError(f"not a version-{FORMAT_VERSION} progress file")
         sessions, raw_cards = data.get("sessions"), data.get("cards")
-        if not isinstance(sessions, int) or sessions < 0 or not isinstance(raw_cards, dict):
+        if type(sessions) is not int or sessions < 0 or not isinstance(raw_cards, dict):
             raise ValueError("'sessions' must be a whole number and 'cards' a mapping")
         cards = {}
         for cid, raw in raw_cards.items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+import warnings
 from typing import Sequence, TextIO
 
 from lab_utils.cards.deck import (LAB_TITLES, MISCONCEPTIONS, Card, DeckError, check_deck,
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lab", action="append", metavar="NN",
                    help="only this lab (00-11); repeat or comma-separate for several")
     p.add_argument("--topic", action="append", metavar="TAG",
-                   help="only cards with this topic tag (e.g. zero, pipeline, myth)")
+                   help="only cards with this topic tag (e.g. zero, pipeline, misconception)")
     p.add_argument("--n", type=int, help="at most this many cards (quiz default 10; --list: all)")
     p.add_argument("--all", action="store_true",
                    help="review every selected card, not only those due (practice)")
@@ -86,14 +87,14 @@ def self_test(deck_dir: str | None, out: TextIO) -> int:
     return 0
 
 
-def _ask(prompt: str, stdin: TextIO, out: TextIO) -> str | None:
-    """One line of input (lowercased, stripped), or None at end of input."""
+def _ask(prompt: str, stdin: TextIO, out: TextIO, echo: bool) -> str | None:
+    """One line of input (lowercased, stripped), or None at end of input. ``echo`` repeats
+    piped input after the prompt, so a non-interactive transcript reads like a session."""
     print(prompt, end="", file=out, flush=True)
     line = stdin.readline()
-    if not line:
-        print(file=out)
-        return None
-    return line.strip().lower()
+    if echo or not line:
+        print(line.strip(), file=out)
+    return line.strip().lower() if line else None
 
 
 def quiz(session: ReviewSession, stdin: TextIO, out: TextIO, interactive: bool) -> None:
@@ -102,12 +103,13 @@ def quiz(session: ReviewSession, stdin: TextIO, out: TextIO, interactive: bool) 
         print(f"\nCard {session.position + 1} of {len(session.queue)}  "
               f"(box {session.store.progress.box_of(card.id) or 'new'})", file=out)
         print(format_card(card, with_back=False), file=out)
-        if interactive and _ask("  [Enter] show the answer, q to quit: ", stdin, out) in ("q", None):
+        if interactive and _ask("  [Enter] show the answer, q to quit: ", stdin, out,
+                                False) in ("q", None):
             return
         session.reveal()
         print(_wrap(card.back, "  A: "), file=out)
         while True:
-            reply = _ask("  Did you know it? [y/n, q to quit]: ", stdin, out)
+            reply = _ask("  Did you know it? [y/n, q to quit]: ", stdin, out, not interactive)
             if reply in (None, "q", "quit"):
                 return
             if reply in ("y", "yes", "n", "no"):
@@ -128,7 +130,9 @@ def cli_main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         return self_test(args.deck, out)
     try:
         cards = load_deck(labs=_split(args.lab), topics=_split(args.topic), deck_dir=args.deck)
-        store = ProgressStore(args.progress)
+        with warnings.catch_warnings():  # a corrupted progress file: reported below instead
+            warnings.simplefilter("ignore")
+            store = ProgressStore(args.progress)
         session = ReviewSession(cards, store, due_only=not args.all,
                                 limit=10 if args.n is None else args.n,
                                 seed=args.shuffle)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -37,7 +38,9 @@ class ReviewWidget(widgets.VBox):
                  progress: str | os.PathLike | None = None, due_only: bool = True,
                  limit: int | None = None, deck_dir: str | Path | None = None):
         self._topics, self._limit, self._deck_dir = topics, limit, deck_dir
-        self.store = ProgressStore(progress)
+        with warnings.catch_warnings():  # a corrupted progress file: shown in the widget
+            warnings.simplefilter("ignore")
+            self.store = ProgressStore(progress)
         self.header = widgets.HTML(
             '<h3 class="lab-widget-title" style="margin:4px 0">Flashcards</h3>')
         options = [("All labs", "all")] + [(f"{k} {v}", k) for k, v in LAB_TITLES.items()]

@@ -79,6 +79,11 @@ class SavedActivations:
             loss = model(x).sum()          # forward: tensors saved for backward are counted
         acts.bytes, acts.count, acts.tensors   # then loss.backward() as usual
 
+    ``bytes`` adds up every distinct storage saved inside the region; ``live_bytes`` is what
+    is still held (autograd drops saved tensors as backward consumes them) and ``peak_bytes``
+    the most that was held at once - with backward inside the region that includes what
+    activation checkpointing recomputes during backward.
+
     Uses torch.autograd.graph.saved_tensors_hooks: every tensor an op saves for its backward
     passes through our pack hook. Parameters (and views of them, like the transposed weight a
     Linear saves) and the buffers of ``model`` are not activations and are excluded. Each
@@ -92,6 +97,8 @@ class SavedActivations:
         self.bytes = 0
         self.count = 0
         self.tensors: list[dict] = []  # shape, dtype, bytes of each distinct saved storage
+        self.live_bytes = 0
+        self.peak_bytes = 0
         self._seen: dict[tuple, weakref.ref] = {}
         self._excluded: set = set()
         self._hooks: Any = None
@@ -124,9 +131,15 @@ class SavedActivations:
         nbytes = local.untyped_storage().nbytes()
         self.bytes += nbytes
         self.count += 1
+        self.live_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(t, self._release, nbytes)  # when autograd (and everyone) lets go
         self.tensors.append({"shape": tuple(local.shape), "dtype": str(local.dtype),
                              "bytes": nbytes})
         return t
+
+    def _release(self, nbytes: int) -> None:
+        self.live_bytes -= nbytes
 
 
 def peak_memory_bytes(device: torch.device | str | None = None) -> int | None:
