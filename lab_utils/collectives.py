@@ -158,9 +158,10 @@ def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
                      repeats: int = 5) -> dict[int, dict]:
     """Lab 03's experiment in one launch: for each n in ``group_sizes``, ranks 0..n-1 form a
     group; they count, with a CommLedger, the messages and bytes one all-reduce of
-    sizes_bytes[-1] makes this rank send, then time every implementation at every size.
-    Ranks outside the group wait at a barrier. Returns {n: {"sends", "bytes", "times"}} on
-    the group's ranks ({} elsewhere); "times" as time_all_reduce.
+    sizes_bytes[-1] makes this rank send (per implementation, and per phase of the ring),
+    then time every implementation at every size. Ranks outside the group wait at a barrier.
+    Returns {n: {"sends", "bytes", "phases", "times"}} on the group's ranks ({} elsewhere);
+    "times" as time_all_reduce.
     """
     from lab_utils.measure import CommLedger  # measure imports calc only; no cycle
 
@@ -175,8 +176,15 @@ def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
                     IMPLEMENTATIONS[name](x, group)
                 sends[name] = ledger.count("send")
                 sent[name] = ledger.bytes_sent()
+            x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
+            with CommLedger() as ledger:
+                with ledger.phase("reduce_scatter"):
+                    ring_reduce_scatter(x, group)
+                with ledger.phase("all_gather"):
+                    ring_all_gather(x, group)
+            phases = {ph: ledger.bytes_sent(phase=ph) for ph in ("reduce_scatter", "all_gather")}
             times = time_all_reduce(ctx, sizes_bytes, impls, repeats, group=group)
-            out[n] = {"sends": sends, "bytes": sent, "times": times}
+            out[n] = {"sends": sends, "bytes": sent, "phases": phases, "times": times}
         dist.barrier(group=ctx.group)
     return out
 

@@ -105,6 +105,19 @@ def _validate(fn: Callable, world_size: Any, timeout_s: float) -> None:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
 
 
+def _validate_preload(preload: tuple[str, ...]) -> None:
+    import importlib.util
+
+    for name in preload:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ValueError(f"preload: no module named {name!r} (give importable module names, "
+                             "e.g. 'torch.distributed.pipelining')")
+
+
 def _pickle_payload(fn: Callable, args: tuple, kwargs: dict, options: dict) -> bytes:
     try:
         return cloudpickle.dumps((fn, args, kwargs, options))
@@ -137,7 +150,7 @@ def torchrun_command(world_size: int, payload_path: str, out_dir: str) -> list[s
     the rank waits on that lock forever (seen here about once in 20 launches).
     """
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        sys.executable, "-m", "lab_utils._agent",  # torchrun, after importing LAB_UTILS_PRELOAD
         "--nnodes", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "127.0.0.1:0",  # port 0: a free port, so two runs never collide
         "--rdzv-id", uuid.uuid4().hex,
@@ -261,7 +274,7 @@ def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit:
 
 def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeout_s: float = 120.0,
         pg_timeout_s: float | None = None, quiet: bool = False, threads: int | None = None,
-        **kwargs: Any) -> RunResults:
+        preload: tuple[str, ...] = (), **kwargs: Any) -> RunResults:
     """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` ranks; return each rank's result.
 
     backend:       "auto" (NCCL with one GPU per rank if there are enough GPUs, else gloo
@@ -272,10 +285,13 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
                    before the deadline.
     quiet:         do not echo the ranks' output live (it is still in ``results.log``).
     threads:       intra-op threads per rank (default: cores // ranks, at least 1).
+    preload:       modules to import once before the ranks are forked, e.g.
+                   ("torch.distributed.pipelining",): paid once instead of once per rank.
 
     Raises RankFailure (a rank raised) or RankTimeout (ranks did not finish).
     """
     _validate(fn, world_size, timeout_s)
+    _validate_preload(tuple(preload))
     backend = _resolve_backend(backend, world_size)
     pg_timeout_s = pg_timeout_s if pg_timeout_s is not None else 0.75 * timeout_s
     threads = threads or max(1, cpu_cores() // world_size)
@@ -295,7 +311,7 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), LAB_UTILS_ROOT=PACKAGE_ROOT,
                PYTHONPATH=python_path,
-               PYTHONUNBUFFERED="1",
+               PYTHONUNBUFFERED="1", LAB_UTILS_PRELOAD=",".join(preload),
                # gloo picks its network interface by resolving the host name unless told;
                # name it, so forked ranks never enter the resolver (see torchrun_command)
                GLOO_SOCKET_IFNAME="lo")

@@ -204,7 +204,9 @@ def run_torch_pipeline(experiments: list[dict], world_size: int, **run_kwargs: A
     else t_f = 1, t_b = 2)."""
     from lab_utils.launch import run
 
-    res = run(torch_worker, world_size, experiments, **{"quiet": True, **run_kwargs})
+    # torch.distributed.pipelining costs ~6 s of CPU to import: once in the agent, not per rank
+    res = run(torch_worker, world_size, experiments,
+              **{"quiet": True, "preload": ("torch.distributed.pipelining",), **run_kwargs})
     out = []
     for k, exp in enumerate(experiments):
         per_rank: Sequence[dict] = [res[r][k] for r in range(world_size)]

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.ddp import BucketDDP
 from lab_utils.measure import CommLedger, Timeline
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params, lm_loss
 
@@ -33,21 +34,30 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+@torch.no_grad()
+def sgd_step(model: torch.nn.Module, lr: float = 0.1) -> None:
+    """Plain SGD, written out: the first torch.optim optimizer a process builds imports the
+    compiler stack (torch._dynamo, ~1.5 s per rank), which would dwarf these tiny steps."""
+    for p in model.parameters():
+        if p.grad is not None:
+            p.add_(p.grad, alpha=-lr)
+            p.grad = None
+
+
 def _train(ctx: Any, group: Any, n: int, rows: int, steps: int, cfg: GPTConfig,
            sim_row_s: float | None) -> dict | None:
-    """``steps`` DDP steps on the first ``n`` ranks, ``rows`` sequences per rank.
+    """``steps`` data-parallel steps on the first ``n`` ranks, ``rows`` sequences per rank.
 
-    Real mode: torch DDP (gradients all-reduced in buckets during backward). Simulated-device
-    mode (``sim_row_s``): compute is a SLEEP of rows x sim_row_s seconds (a device busy
-    elsewhere: sleeping ranks do not compete for this machine's cores), communication is the
-    REAL all-reduce of the model's gradient buffer (one bucket, 2(n-1)/n x 4P bytes per rank).
-    Returns rank 0's best step (wall and CPU time) and the losses; None on other ranks.
+    Real mode: lab 04's BucketDDP (gradient buckets all-reduced during backward; the time left
+    in ``finish_gradient_synchronization`` is communication NOT hidden behind backward).
+    Simulated-device mode (``sim_row_s``): compute is a SLEEP of rows x sim_row_s seconds (a
+    device busy elsewhere; sleeping ranks do not compete for this machine's cores),
+    communication is the REAL all-reduce of the model's gradient buffer (2(n-1)/n x 4P bytes).
+    Returns rank 0's best step (wall and CPU time), its exposed communication, and the mean
+    loss over the global batch at every step (real mode).
     """
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     model = TinyGPT(cfg, seed=0)
-    ddp = DDP(model, process_group=group) if sim_row_s is None else None
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ddp = BucketDDP(model, group=group, broadcast_buffers=False) if sim_row_s is None else None
     batches = token_batches(steps + 1, n * rows, cfg.seq_len, cfg.vocab_size, seed=1)
     flat = torch.zeros(count_params(model))
     walls, cpus, comms, losses = [], [], [], []
@@ -55,22 +65,25 @@ def _train(ctx: Any, group: Any, n: int, rows: int, steps: int, cfg: GPTConfig,
         x, y = shard_for_rank(batch, ctx.rank, n)  # this rank's rows: (rows, T)
         dist.barrier(group=group)  # every rank starts the step together
         t0, c0 = time.perf_counter(), time.process_time()
-        opt.zero_grad()
         if ddp is not None:
             loss = lm_loss(ddp(x), y)
-            loss.backward()  # DDP all-reduces the gradient buckets inside backward
-            losses.append(loss.item())
-            t_comm = 0.0
+            loss.backward()  # buckets launch their all-reduce as their gradients arrive
+            t1 = time.perf_counter()
+            ddp.finish_gradient_synchronization()  # wait for what did not overlap
         else:
             time.sleep(rows * sim_row_s)  # the simulated device computes
             t1 = time.perf_counter()
             dist.all_reduce(flat, group=group)  # the real gradient all-reduce
-            t_comm = time.perf_counter() - t1
-        opt.step()
+        t_comm = time.perf_counter() - t1
+        sgd_step(model)
         if i > 0:
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
             comms.append(t_comm)
+        if ddp is not None:  # the global batch's mean loss (untimed): the same for every N
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss, group=group)
+            losses.append(mean_loss.item() / n)
     if ctx.rank != 0:
         return None
     best = min(range(steps), key=walls.__getitem__)
@@ -101,32 +114,42 @@ def scaling_worker(ctx: Any, sizes: Sequence[int], global_batch: int = 32,
 
 def _comm_vs_compute(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                      loss_fn: Any, steps: int) -> dict:
-    """Forward+backward, then ONE all-reduce of the flat gradient (naive DDP, nothing
-    overlaps), each in a Timeline span; the CommLedger counts the bytes this rank sends."""
+    """Forward+backward, then ONE all-reduce of the flat gradient (naive DDP: nothing
+    overlaps), each step in Timeline spans. The CommLedger watches the untimed warm-up step:
+    its first use loads torch's dispatch machinery (~1-2 s), which must stay out of timings."""
     tl, ledger = Timeline(ctx), CommLedger()
-    best = None
-    for i in range(steps + 1):
+    spans = []
+    for i in range(steps + 1):  # step 0: warm-up
         tl.events.clear()
         dist.barrier()
-        model.zero_grad()
         with tl.span("compute"):
             loss_fn(model(x), y).backward()
         flat = _flat_grads(model)
-        with ledger if i == steps else contextlib.nullcontext(), tl.span("all_reduce"):
+        with ledger if i == 0 else contextlib.nullcontext(), tl.span("all_reduce"):
             dist.all_reduce(flat)
-        spans = {e["name"]: e["end"] - e["start"] for e in tl.events}
-        if i > 0 and (best is None or sum(spans.values()) < sum(best[0].values())):
-            best = (spans, list(tl.events))
-    return dict(params=count_params(model), grad_bytes=4 * count_params(model),
-                rows=int(x.shape[0]), compute_s=best[0]["compute"],
-                comm_s=best[0]["all_reduce"], bytes_sent=ledger.bytes_sent("all_reduce"),
-                calls=ledger.count("all_reduce"), events=best[1])
+        sgd_step(model)
+        if i > 0:
+            spans.append({e["name"]: e["end"] - e["start"] for e in tl.events})
+    return dict(params=count_params(model), grad_bytes=flat.numel() * flat.element_size(),
+                rows=int(x.shape[0]), spans=spans, bytes_sent=ledger.bytes_sent("all_reduce"),
+                calls=ledger.count("all_reduce"), events=list(tl.events))
 
 
-def bottleneck_worker(ctx: Any, steps: int = 4, bubble_ms: Sequence[int] = (2, 8),
-                      t_f: float = 0.01) -> dict:
+def comm_split(per_rank: Sequence[dict]) -> dict:
+    """Combine the ranks' spans of ``_comm_vs_compute``. Per step, compute = the slowest
+    rank's compute and transfer = the SHORTEST all-reduce span (the last rank to arrive waits
+    for nobody: its span is the transfer itself; the others' spans add waiting for it). Each
+    is the best over the steps; comm_fraction = transfer / (compute + transfer)."""
+    steps = range(len(per_rank[0]["spans"]))
+    compute = min(max(r["spans"][k]["compute"] for r in per_rank) for k in steps)
+    transfer = min(min(r["spans"][k]["all_reduce"] for r in per_rank) for k in steps)
+    return dict(compute_s=compute, comm_s=transfer, comm_fraction=transfer / (compute + transfer))
+
+
+def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8),
+                      t_f: float = 0.02) -> dict:
     """Two ranks. (1) Compute-bound: TinyGPT, 16 sequences per rank. Communication-bound: a
-    wide ToyMLP (2.1M parameters, 8.4 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
+    wide ToyMLP (6.3M parameters, 25 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
     1F1B pipeline (lab 07's ``pipeline_step``, simulated compute t_f) for each m in
     ``bubble_ms``: its measured per-rank timeline. Every rank returns its own results."""
     from lab_utils.pp import SimCompute, pipeline_step
@@ -134,7 +157,7 @@ def bottleneck_worker(ctx: Any, steps: int = 4, bubble_ms: Sequence[int] = (2, 8
     cfg = SCALING_CONFIG
     x, y = shard_for_rank(token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0],
                           ctx.rank, ctx.world_size)
-    mlp = ToyMLP(d_in=512, d_hidden=1024, d_out=512, n_layers=3, seed=0)
+    mlp = ToyMLP(d_in=512, d_hidden=2048, d_out=512, n_layers=3, seed=0)
     g = torch.Generator().manual_seed(ctx.rank)
     xm, ym = torch.randn(2, 512, generator=g), torch.randn(2, 512, generator=g)
     out = {"compute-bound": _comm_vs_compute(ctx, TinyGPT(cfg, seed=0), x, y, lm_loss, steps),
@@ -220,15 +243,13 @@ def loader_experiment(loader: Iterable, cfg: GPTConfig = SCALING_CONFIG) -> dict
     """Train a TinyGPT from ``loader``; per step: time waiting for data vs computing.
     The first step is a warm-up; returns best-of (compute) and mean (wait, step) times."""
     model = TinyGPT(cfg, seed=0)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     waits, computes, steps = [], [], []
     with one_thread():
         t_prev = time.perf_counter()
         for x, y in loader:
             t_data = time.perf_counter()
-            opt.zero_grad()
             lm_loss(model(x), y).backward()
-            opt.step()
+            sgd_step(model)
             t_end = time.perf_counter()
             waits.append(t_data - t_prev)
             computes.append(t_end - t_data)

@@ -65,6 +65,8 @@ def test_ring_and_parameter_server_match_torch_and_formulas():
             assert sw["sends"]["ring"] == 2 * (m - 1) and sw["sends"]["gloo"] == 0
             assert sw["bytes"]["ring"] == sw["bytes"]["gloo"] == 2 * (m - 1) / m * 4096
             assert sw["sends"]["parameter_server"] == (m - 1 if r == 0 else 1)
+            assert sw["phases"]["reduce_scatter"] == sw["phases"]["all_gather"] \
+                == ring_bytes_per_rank("all_gather", m, 4096) == (m - 1) / m * 4096
             assert all(t > 0 for ts in sw["times"].values() for t in ts)
             assert all(len(ts) == 2 for ts in sw["times"].values())
         if r > 0:

@@ -198,3 +198,13 @@ def test_oversubscription_note():
     assert oversubscription_note(cores + 1, "gloo").startswith(f"note: {cores + 1} ranks share")
     assert oversubscription_note(1, "gloo") is None
     assert oversubscription_note(cores + 1, "nccl") is None  # GPU ranks do not share CPU cores for compute
+
+
+def test_preload_reaches_every_rank_without_importing_there():
+    def has_wave(ctx):
+        return "wave" in sys.modules  # a stdlib module nothing else in the path imports
+
+    assert run(has_wave, 2, quiet=True) == [False, False]
+    assert run(has_wave, 2, quiet=True, preload=("wave",)) == [True, True]
+    with pytest.raises(ValueError, match="preload: no module named 'no_such_mod'"):
+        run(has_wave, 2, preload=("no_such_mod",))

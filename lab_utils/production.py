@@ -1,0 +1,250 @@
+"""Production drills (lab 10): checkpoint and resume exactly, then break training on purpose.
+
+Sharded checkpoints with torch.distributed.checkpoint (DCP) and FSDP2:
+    state = train_state(model, opt, sched, loader, step, rank)  # shards (DTensors) + the rest
+    dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp
+    dcp.load(state, checkpoint_id=path)   # rank r reads the slices ITS layout needs (resharding)
+Communication of a DCP save: per-rank plans gathered to rank 0 and scattered back (small), then
+every rank writes in parallel; no tensor bytes cross the network. Rank 0 writes `.metadata`
+LAST, so a directory without it is an incomplete checkpoint. Saving from rank 0 instead
+all-gathers every tensor (weights + Adam m, v: 12N bytes in fp32) into one process first.
+
+Exact resume needs everything that decides the next step: weights, optimizer and scheduler state,
+the step, the data position and every rank's RNG state (dropout). Workers below run on real
+ranks via lab_utils.run; the hang, NaN and divergence drills use a ToyMLP and hand-written DP.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from lab_utils.data import regression_batches, shard_for_rank, token_batches
+from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
+from lab_utils.reference import default_loss, make_optimizer
+
+
+# ----------------------------------------------------------------------------- checkpointing
+@dataclass(frozen=True)
+class RunConfig:
+    model: GPTConfig = field(default_factory=lambda: GPTConfig(dropout=0.1))  # dropout: RNG matters
+    steps: int = 8
+    global_batch: int = 8        # sequences per step, over all ranks
+    n_samples: int = 24          # dataset size: an epoch is n_samples // global_batch steps
+    ckpt_every: int = 2
+    lr: float = 1e-2
+    warmup: int = 4              # linear LR warm-up: the scheduler has state too
+    seed: int = 0
+
+
+class ShuffledLoader:
+    """Global batches of indices, reshuffled every epoch. Epoch e's order is a permutation drawn
+    from a generator seeded with (seed, e), so two ints, (epoch, pos), ARE the data stream's state."""
+
+    def __init__(self, n_samples: int, batch: int, seed: int) -> None:
+        self.n, self.batch, self.seed, self.epoch, self.pos = n_samples, batch, seed, 0, 0
+
+    def next_indices(self) -> torch.Tensor:
+        if self.pos + self.batch > self.n:  # drop_last: every step is a full global batch
+            self.epoch, self.pos = self.epoch + 1, 0
+        g = torch.Generator().manual_seed(1000 * self.seed + self.epoch)
+        idx = torch.randperm(self.n, generator=g)[self.pos:self.pos + self.batch]
+        self.pos += self.batch
+        return idx
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
+
+
+def build(cfg: RunConfig):
+    """TinyGPT sharded with FSDP2 (each block, then the root), AdamW over the shards, warm-up LR."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = TinyGPT(cfg.model, seed=cfg.seed)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    opt = make_optimizer(model.parameters(), "adamw", cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup))
+    return model, opt, sched
+
+
+def train_state(model, opt, sched, loader, step: int, rank: int, rng: bool = True) -> dict:
+    """What one rank contributes to a checkpoint. RNG states differ per rank: one key per rank."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt)  # DTensor shards, keyed by parameter name (FQN)
+    state = {"model": msd, "optim": osd, "sched": sched.state_dict(),
+             "data": loader.state_dict(), "step": step}
+    if rng:
+        state[f"rng_rank{rank}"] = torch.get_rng_state()
+    return state
+
+
+def save_checkpoint(state: dict, root: str, step: int) -> str:
+    import torch.distributed.checkpoint as dcp
+
+    path = os.path.join(root, f"step_{step:06d}")
+    dcp.save(state, checkpoint_id=path)  # collective: returns once every rank's file is written
+    return path
+
+
+def latest_checkpoint(root: str) -> str | None:
+    """Newest COMPLETE checkpoint under root (one with the .metadata rank 0 writes last)."""
+    done = [d for d in sorted(os.listdir(root)) if d.startswith("step_")
+            and os.path.exists(os.path.join(root, d, ".metadata"))] if os.path.isdir(root) else []
+    return os.path.join(root, done[-1]) if done else None
+
+
+def restore(path: str, model, opt, sched, loader, rank: int, what=("rng", "data")) -> int:
+    """Load a checkpoint into this rank's (possibly differently sharded) model; return its step."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = train_state(model, opt, sched, loader, 0, rank, rng="rng" in what)  # the template
+    dcp.load(state, checkpoint_id=path)  # fills the template in place, reading only our slices
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    sched.load_state_dict(state["sched"])
+    if "data" in what:
+        loader.load_state_dict(state["data"])
+    if "rng" in what:
+        torch.set_rng_state(state[f"rng_rank{rank}"])
+    return int(state["step"])
+
+
+def fingerprint(tensors: dict) -> str:
+    """sha256 of every tensor's bytes, in key order: equal fingerprints = bitwise-equal state."""
+    h = hashlib.sha256()
+    for key in sorted(tensors):
+        value = tensors[key]
+        if isinstance(value, dict):
+            h.update(f"{key}:{fingerprint(value)}".encode())
+        elif isinstance(value, torch.Tensor):
+            h.update(key.encode() + value.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def full_fingerprint(model, opt) -> str:
+    """Fingerprint of the FULL (gathered) weights + optimizer state, the same for any sharding."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
+    return fingerprint({"model": msd, "optim": osd["state"]})
+
+
+def _data(cfg: RunConfig):
+    m = cfg.model
+    (inputs, targets), = token_batches(1, cfg.n_samples, m.seq_len, m.vocab_size, seed=cfg.seed + 1,
+                                       noise=0.1)
+    (eval_x, eval_y), = token_batches(1, 8, m.seq_len, m.vocab_size, seed=cfg.seed + 2, noise=0.1)
+    return inputs, targets, eval_x, eval_y
+
+
+@torch.no_grad()
+def eval_loss(model, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Loss on a fixed batch, dropout off (eval mode draws no random numbers)."""
+    model.eval()
+    loss = default_loss(model(x), y).item()
+    model.train()
+    return loss
+
+
+def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
+              what=("rng", "data"), crash: tuple[int, int] | None = None, fingerprint_at=None):
+    """FSDP2 training with a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
+
+    resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
+    crash=(rank, step): that rank dies mid-step (os._exit: no exception, no cleanup, like a
+    SIGKILL or a lost node); the others are left waiting in the backward's reduce-scatter.
+    Returns the global mean loss of every step run, the eval loss just before every save, and
+    (at step fingerprint_at) the fingerprint of the full state.
+    """
+    torch.manual_seed(cfg.seed + 1 + ctx.rank)  # per-rank RNG stream: ranks need different dropout
+    model, opt, sched = build(cfg)
+    loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
+    inputs, targets, eval_x, eval_y = _data(cfg)
+    start = restore(resume_from, model, opt, sched, loader, ctx.rank, what) if resume_from else 0
+    out = {"start": start, "losses": {}, "evals": {}, "fingerprint": None, "model": (model, opt)}
+    for step in range(start, cfg.steps):
+        idx = shard_for_rank(loader.next_indices(), ctx.rank, ctx.world_size)  # (B/W,)
+        opt.zero_grad()
+        loss = default_loss(model(inputs[idx]), targets[idx])
+        if crash == (ctx.rank, step):
+            print(f"simulated crash: rank {ctx.rank} dies in step {step} (os._exit)", flush=True)
+            os._exit(1)
+        loss.backward()
+        opt.step()
+        sched.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=ctx.group)
+        out["losses"][step] = (mean / ctx.world_size).item()
+        if root is not None and (step + 1) % cfg.ckpt_every == 0:
+            out["evals"][step + 1] = eval_loss(model, eval_x, eval_y)  # "the loss before saving"
+            save_checkpoint(train_state(model, opt, sched, loader, step + 1, ctx.rank), root, step + 1)
+            if step + 1 == fingerprint_at:
+                out["fingerprint"] = full_fingerprint(model, opt)
+    return out
+
+
+def reshard_load(ctx, cfg: RunConfig, path: str) -> dict:
+    """Load a checkpoint (saved on any number of ranks) into THIS world size; eval and fingerprint."""
+    model, opt, sched = build(cfg)
+    loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
+    step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
+    _, _, eval_x, eval_y = _data(cfg)
+    shard = {k: v.to_local() for k, v in model.state_dict().items()}
+    return {"step": step, "eval": eval_loss(model, eval_x, eval_y), "data": loader.state_dict(),
+            "fingerprint": full_fingerprint(model, opt), "lr": sched.get_last_lr()[0],
+            "shard_rows": {k: tuple(v.shape) for k, v in shard.items() if k.endswith("tok_emb.weight")}}
+
+
+def compare_saves(ctx, model, opt, root: str) -> dict:
+    """Time and size a sharded DCP save against a rank-0 full save of the same state."""
+    import time
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    def nbytes(sd) -> int:  # bytes of the tensors this rank holds (DTensor: its local shard)
+        return sum(nbytes(v) if isinstance(v, dict) else (getattr(v, "to_local", lambda: v)().nbytes
+                   if isinstance(v, torch.Tensor) else 0) for v in sd.values())
+
+    sharded_dir, full_file = os.path.join(root, "sharded"), os.path.join(root, "full_rank0.pt")
+    dist.barrier(group=ctx.group)
+    t0 = time.perf_counter()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=sharded_dir)
+    dist.barrier(group=ctx.group)
+    t1 = time.perf_counter()
+    full_m, full_o = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
+                                                                          cpu_offload=True))
+    if ctx.rank == 0:  # cpu_offload=True: only rank 0 keeps the gathered tensors
+        torch.save({"model": full_m, "optim": full_o}, full_file)
+    dist.barrier(group=ctx.group)
+    t2 = time.perf_counter()
+    sizes = {f: os.path.getsize(os.path.join(sharded_dir, f)) for f in os.listdir(sharded_dir)}
+    return {"sharded_s": t1 - t0, "full_s": t2 - t1, "files": sizes,
+            "full_file": os.path.getsize(full_file) if ctx.rank == 0 else 0,
+            "held_sharded": nbytes({"m": msd, "o": osd}), "held_full": nbytes({"m": full_m, "o": full_o})}
+
+
+def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fingerprint_at: int):
+    """One launch: the uninterrupted run (with checkpoints), the exact resume of the crashed run,
+    two incomplete resumes (no RNG, no data position), and sharded-vs-rank-0 saving."""
+    full = train_run(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
+    out = {"uninterrupted": full["losses"], "evals": full["evals"], "fingerprint": full["fingerprint"]}
+    last = latest_checkpoint(crashed_root)  # read before anything new is written there
+    out["resumed_from"] = os.path.basename(last)
+    for name, what in (("no RNG", ("data",)), ("no data position", ("rng",))):
+        out[name] = train_run(ctx, cfg, None, resume_from=last, what=what)["losses"]
+    out["resumed"] = train_run(ctx, cfg, crashed_root, resume_from=last)["losses"]  # keeps saving
+    out["saves"] = compare_saves(ctx, *full["model"], good_root)
+    return out
