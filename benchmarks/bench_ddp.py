@@ -77,7 +77,7 @@ def main() -> int:
     if args.reps < 5:
         parser.error("--reps must be at least 5 (the table reports a median)")
     results = run(bench, args.ranks, args.reps, args.steps, args.batch_per_rank,
-                  timeout_s=600, quiet=True)
+                  timeout_s=600, quiet=True, preload=("torch._dynamo",))  # imported once, not per rank
     # a round lasts as long as its slowest rank
     per_round = {k: [max(r["times"][k][i] for r in results) / args.steps
                      for i in range(args.reps)] for k in IMPLS}

@@ -1,21 +1,17 @@
 """Production drills (lab 10): checkpoint and resume exactly, then break training on purpose.
 
-Sharded checkpoints with torch.distributed.checkpoint (DCP) and FSDP2:
-    state = train_state(model, opt, sched, loader, step, rank)  # shards (DTensors) + the rest
+Sharded checkpoints, torch.distributed.checkpoint (DCP) with FSDP2:
     dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp
     dcp.load(state, checkpoint_id=path)   # rank r reads the slices ITS layout needs (resharding)
-Communication of a DCP save: per-rank plans gathered to rank 0 and scattered back (small), then
-every rank writes in parallel; no tensor bytes cross the network. Rank 0 writes `.metadata`
-LAST, so a directory without it is an incomplete checkpoint. Saving from rank 0 instead
-all-gathers every tensor (weights + Adam m, v: 12N bytes in fp32) into one process first.
-
-Exact resume needs everything that decides the next step: weights, optimizer and scheduler state,
-the step, the data position and every rank's RNG state (dropout). Workers below run on real
-ranks via lab_utils.run; the hang, NaN and divergence drills use a ToyMLP and hand-written DP.
+A DCP save communicates only small plans (gathered to rank 0, scattered back); the tensor bytes
+go straight to disk, from every rank in parallel. Rank 0 writes `.metadata` LAST: a directory
+without it is incomplete. Rank-0 saving all-gathers every tensor into one process first.
+Exact resume needs everything that decides the next step: weights, optimizer and scheduler
+state, the step, the data position and every rank's RNG state. The NaN and divergence drills use
+a ToyMLP with hand-written data parallelism (the hang drills: lab_utils/exercises/find_the_hang).
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -120,24 +116,17 @@ def restore(path: str, model, opt, sched, loader, rank: int, what=("rng", "data"
     return int(state["step"])
 
 
-def fingerprint(tensors: dict) -> str:
-    """sha256 of every tensor's bytes, in key order: equal fingerprints = bitwise-equal state."""
-    h = hashlib.sha256()
-    for key in sorted(tensors):
-        value = tensors[key]
-        if isinstance(value, dict):
-            h.update(f"{key}:{fingerprint(value)}".encode())
-        elif isinstance(value, torch.Tensor):
-            h.update(key.encode() + value.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 def full_fingerprint(model, opt) -> str:
-    """Fingerprint of the FULL (gathered) weights + optimizer state, the same for any sharding."""
+    """sha256 of the FULL (gathered) weights and optimizer state, tensor by tensor in name order:
+    the same for any sharding, equal only if every byte is equal."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
-    return fingerprint({"model": msd, "optim": osd["state"]})
+    flat = dict(msd) | {f"{k}.{n}": t for k, st in osd["state"].items() for n, t in st.items()}
+    h = hashlib.sha256()
+    for key in sorted(flat):
+        h.update(key.encode() + flat[key].reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _data(cfg: RunConfig):
@@ -200,10 +189,8 @@ def reshard_load(ctx, cfg: RunConfig, path: str) -> dict:
     loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
     step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
     _, _, eval_x, eval_y = _data(cfg)
-    shard = {k: v.to_local() for k, v in model.state_dict().items()}
     return {"step": step, "eval": eval_loss(model, eval_x, eval_y), "data": loader.state_dict(),
-            "fingerprint": full_fingerprint(model, opt), "lr": sched.get_last_lr()[0],
-            "shard_rows": {k: tuple(v.shape) for k, v in shard.items() if k.endswith("tok_emb.weight")}}
+            "fingerprint": full_fingerprint(model, opt), "lr": sched.get_last_lr()[0]}
 
 
 def compare_saves(ctx, model, opt, root: str) -> dict:
@@ -213,27 +200,28 @@ def compare_saves(ctx, model, opt, root: str) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    def nbytes(sd) -> int:  # bytes of the tensors this rank holds (DTensor: its local shard)
-        return sum(nbytes(v) if isinstance(v, dict) else (getattr(v, "to_local", lambda: v)().nbytes
-                   if isinstance(v, torch.Tensor) else 0) for v in sd.values())
+    def held(sd) -> int:  # bytes of the tensors this rank holds (a DTensor: its local shard)
+        return sum(held(v) if isinstance(v, dict) else getattr(v, "_local_tensor", v).nbytes
+                   for v in sd.values() if isinstance(v, (dict, torch.Tensor)))
 
-    sharded_dir, full_file = os.path.join(root, "sharded"), os.path.join(root, "full_rank0.pt")
-    dist.barrier(group=ctx.group)
-    t0 = time.perf_counter()
-    msd, osd = get_state_dict(model, opt)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=sharded_dir)
-    dist.barrier(group=ctx.group)
-    t1 = time.perf_counter()
-    full_m, full_o = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
-                                                                          cpu_offload=True))
-    if ctx.rank == 0:  # cpu_offload=True: only rank 0 keeps the gathered tensors
-        torch.save({"model": full_m, "optim": full_o}, full_file)
-    dist.barrier(group=ctx.group)
-    t2 = time.perf_counter()
-    sizes = {f: os.path.getsize(os.path.join(sharded_dir, f)) for f in os.listdir(sharded_dir)}
-    return {"sharded_s": t1 - t0, "full_s": t2 - t1, "files": sizes,
-            "full_file": os.path.getsize(full_file) if ctx.rank == 0 else 0,
-            "held_sharded": nbytes({"m": msd, "o": osd}), "held_full": nbytes({"m": full_m, "o": full_o})}
+    times, out = [time.perf_counter()], {}
+    for how in ("sharded", "full"):
+        dist.barrier(group=ctx.group)
+        if how == "sharded":  # every rank writes its own shards
+            msd, osd = get_state_dict(model, opt)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(root, "sharded"))
+        else:                 # all-gather to rank 0 (cpu_offload: only rank 0 keeps the result)
+            msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
+                                                                            cpu_offload=True))
+            if ctx.rank == 0:
+                torch.save({"model": msd, "optim": osd}, os.path.join(root, "full_rank0.pt"))
+        dist.barrier(group=ctx.group)
+        times.append(time.perf_counter())
+        out[f"{how}_s"], out[f"held_{how}"] = times[-1] - times[-2], held({"m": msd, "o": osd})
+    out["files"] = {f: os.path.getsize(os.path.join(root, "sharded", f))
+                    for f in os.listdir(os.path.join(root, "sharded"))}
+    out["full_file"] = os.path.getsize(os.path.join(root, "full_rank0.pt")) if ctx.rank == 0 else 0
+    return out
 
 
 def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fingerprint_at: int):
@@ -247,4 +235,96 @@ def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fin
         out[name] = train_run(ctx, cfg, None, resume_from=last, what=what)["losses"]
     out["resumed"] = train_run(ctx, cfg, crashed_root, resume_from=last)["losses"]  # keeps saving
     out["saves"] = compare_saves(ctx, *full["model"], good_root)
+    return out
+
+
+# ----------------------------------------------------------------------------- fault drills
+# A ToyMLP with hand-written data parallelism (lab 04) and plain SGD written out, so that a drill
+# rank reaches its collectives within a second of starting (torch.optim's first use imports dynamo).
+def dp_step(model, x, y, group, lr: float = 0.1) -> float:
+    """One DP step: local backward, all-reduce every gradient (average), SGD update."""
+    model.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    average_grads_and_step(model, group, lr)
+    return loss.item()
+
+
+@torch.no_grad()
+def average_grads_and_step(model, group, lr: float = 0.1) -> None:
+    for p in model.parameters():
+        dist.all_reduce(p.grad, group=group)  # one all-reduce per parameter, on every rank
+        p -= lr * p.grad / dist.get_world_size(group)
+
+
+def nan_drill(ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5), guard: bool = False):
+    """Regression on log(price); at step bad[1], sample bad[2] of rank bad[0] has price 0, and
+    log(0) = -inf. guard=True checks the LOCAL loss and grads BEFORE the gradient all-reduce,
+    shares a (W, 2) report [bad?, first bad sample] in one small all-reduce, and skips the step."""
+    model, history = ToyMLP(seed=0), []
+    for step, (x, y) in enumerate(regression_batches(steps, 8 * ctx.world_size, seed=3)):
+        x, price = shard_for_rank((x, y.exp()), ctx.rank, ctx.world_size)  # (B/W, 16), price > 0
+        if (ctx.rank, step) == bad[:2]:
+            price[bad[2]] = 0.0  # a missing value stored as 0
+        model.zero_grad()
+        per_sample = ((model(x) - price.log()) ** 2).mean(dim=1)  # (B/W,): inf where price = 0
+        per_sample.mean().backward()
+        skipped = None
+        if guard:
+            rows = (~torch.isfinite(per_sample)).nonzero().flatten()
+            grads_ok = all(torch.isfinite(p.grad).all() for p in model.parameters())
+            report = torch.zeros(ctx.world_size, 2)
+            report[ctx.rank] = torch.tensor([float(len(rows) > 0 or not grads_ok),
+                                             float(rows[0]) if len(rows) else -1.0])
+            dist.all_reduce(report, group=ctx.group)  # every rank now knows who, and which sample
+            if report[:, 0].any():
+                rank = int(report[:, 0].nonzero()[0])
+                skipped = {"rank": rank, "sample": int(report[rank, 1])}
+        if skipped is None:
+            average_grads_and_step(model, ctx.group)
+        finite = all(torch.isfinite(p).all() for p in model.parameters())
+        history.append({"loss": per_sample.mean().item(), "params_finite": bool(finite),
+                        "skipped": skipped})
+    return history
+
+
+def param_checksum(model) -> int:
+    """A 60-bit hash of every parameter's bytes: equal iff the replicas are (bitwise) equal."""
+    h = hashlib.sha256(b"".join(p.detach().contiguous().view(torch.uint8).numpy().tobytes()
+                                for p in model.parameters()))
+    return int(h.hexdigest()[:15], 16)
+
+
+def divergence_drill(ctx, steps: int = 5, sync_init: bool = False) -> dict:
+    """Each rank seeds with seed + rank (right for dropout or augmentation) and, by mistake, builds
+    its weights from that seed too. sync_init=True broadcasts rank 0's weights first (what DDP's
+    constructor does). Every step all-gathers each replica's checksum: one int64 per rank."""
+    model = ToyMLP(seed=ctx.rank)  # BUG unless sync_init: the replicas start different
+    if sync_init:
+        for p in model.parameters():
+            dist.broadcast(p.data, src=0, group=ctx.group)
+    checksums, losses = [], []
+    for x, y in regression_batches(steps, 4 * ctx.world_size, seed=4):
+        losses.append(dp_step(model, *shard_for_rank((x, y), ctx.rank, ctx.world_size), ctx.group))
+        sums = torch.zeros(ctx.world_size, dtype=torch.int64)
+        dist.all_gather_into_tensor(sums, torch.tensor([param_checksum(model)]), group=ctx.group)
+        checksums.append(sums.tolist())
+    x, y = regression_batches(1, 64, seed=5)[0]  # a held-out set; each rank also scores its quarter
+    with torch.no_grad():
+        full = F.mse_loss(model(x), y).item()
+        xs, ys = shard_for_rank((x, y), ctx.rank, ctx.world_size)
+        shard = F.mse_loss(model(xs), ys)
+    mean = shard.reshape(1).clone()
+    dist.all_reduce(mean, group=ctx.group)  # the fix for "a split tensor never gathered"
+    return {"checksums": checksums, "losses": losses, "eval": full, "eval_shard": shard.item(),
+            "eval_gathered": mean.item() / ctx.world_size}
+
+
+def fault_drills(ctx, steps: int = 4, bad=(1, 2, 5), also: dict | None = None) -> dict:
+    """The drills that do not hang, in one launch: NaN (plain, guarded), divergence (bug, fix),
+    plus `also` = {name: (worker, kwargs)}, e.g. the fixed hang drills of find_the_hang."""
+    out = {"nan_plain": nan_drill(ctx, steps, bad), "nan_guarded": nan_drill(ctx, steps, bad, True),
+           "diverged": divergence_drill(ctx, steps + 1), "synced": divergence_drill(ctx, steps + 1, True)}
+    for name, (worker, kwargs) in (also or {}).items():
+        out[name] = worker(ctx, **kwargs)
     return out

@@ -125,12 +125,20 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
                            " && window.jupyterapp.shell.currentWidget.sessionContext.session"
                            " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
                            timeout=RENDER_TIMEOUT_MS)
-    page.evaluate("""async (index) => {
-        const panel = window.jupyterapp.shell.currentWidget;
-        await panel.sessionContext.ready;
+    page.evaluate("""async ([name, index]) => {
+        const sleep = ms => new Promise(r => setTimeout(r, ms));
+        let panel = window.jupyterapp.shell.currentWidget;
+        while (!panel || !panel.context || !panel.context.path.endsWith(name)) {  // this tab, not the last one
+            await sleep(100);
+            panel = window.jupyterapp.shell.currentWidget;
+        }
+        await panel.context.ready;             // the cells are loaded
+        await panel.sessionContext.ready;      // the kernel is up
+        while (panel.content.widgets.length <= index) await sleep(100);
         panel.content.activeCellIndex = index;
+        if (panel.content.activeCellIndex !== index) throw new Error('could not select cell ' + index);
         await window.jupyterapp.commands.execute('notebook:run-cell');
-    }""", index)
+    }""", [notebook.name, index])
     return page
 
 
@@ -168,6 +176,8 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
         after = figure_data(explorer)
         assert after != before
         assert explorer.locator(".lab-widget-error").count() == 0, "a valid change must not show an error"
+        plot = explorer.locator(".js-plotly-plot").first.bounding_box()
+        assert plot["x"] + plot["width"] <= 1280, f"the figure overflows a 1280-px window: {plot}"
         page.screenshot(path=str(SHOTS / f"{name}-after.png"))
         assert "Error displaying widget" not in page.content()
     except Exception:

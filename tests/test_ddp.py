@@ -141,7 +141,8 @@ def reference_grads(model_fn, batch):
 
 @pytest.fixture(scope="module", params=[2, 4])
 def results(request):
-    return run(checks, request.param, timeout_s=300, quiet=True)
+    # torch.optim, torch DDP import torch._dynamo on first use: once in the agent, not per rank
+    return run(checks, request.param, timeout_s=300, quiet=True, preload=("torch._dynamo",))
 
 
 @pytest.mark.parametrize("impl", IMPLS)

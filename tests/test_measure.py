@@ -10,6 +10,15 @@ from lab_utils.measure import SavedActivations, Timeline, model_state_bytes, pea
 from lab_utils.models import GPTConfig, TinyGPT, count_params
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread is fastest, and steady on a shared machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def test_model_state_fp32_adamw_is_16_bytes_per_param():
     model = TinyGPT(GPTConfig())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -70,6 +79,30 @@ def test_saved_activations_exclude_params_and_count_storages_once(batch):
     assert acts.count == 2
     y.sum().backward()  # the graph still works after the hooks
     assert model[0].weight.grad is not None
+
+
+def test_saved_activations_live_and_peak_follow_backward_and_checkpointing():
+    from torch.utils.checkpoint import checkpoint
+
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(32, 32), nn.Tanh()) for _ in range(4)])
+    peaks = {}
+    for ckpt in (False, True):
+        with SavedActivations(model) as acts:
+            h = torch.randn(8, 32, requires_grad=True)
+            for layer in model:
+                h = checkpoint(layer, h, use_reentrant=True) if ckpt else layer(h)
+            after_forward = acts.live_bytes
+            h.sum().backward()
+            del h
+        peaks[ckpt] = (after_forward, acts.peak_bytes, acts.live_bytes)
+    row = 8 * 32 * 4  # one (8, 32) fp32 activation
+    # plain: the input, then each Tanh output (which is also the next Linear's input: one storage)
+    # -> 5 activations, all freed by backward
+    assert peaks[False] == (5 * row, 5 * row, 0)
+    # checkpointed: only the 4 layer inputs survive forward; backward recomputes one layer at a time
+    # (its input + tanh output) while the earlier checkpoints are still held
+    fwd, peak, live = peaks[True]
+    assert fwd == 4 * row and 4 * row < peak < 5 * row + row and live == 0
 
 
 def test_saved_activations_without_model_still_skip_parameters():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import amdahl_limit, amdahl_speedup, gustafson_speedup
 from lab_utils.viz._base import Explorer, Spec, checkbox, float_text, int_text
 
@@ -66,7 +67,7 @@ def figure_spec(st: AmdahlState) -> Spec:
     ]
     kind = "log" if st.log_axes else "linear"
     layout = dict(
-        width=1000, height=430, margin=dict(l=70, r=20, t=60, b=50),
+        width=FIGURE_WIDTH, height=430, margin=dict(l=70, r=20, t=60, b=50),
         title=dict(text=f"Speedup vs devices, serial fraction s = {s:g}"),
         xaxis=dict(title=dict(text="N (devices)"), type=kind),
         yaxis=dict(title=dict(text="speedup S(N) (x single device)"), type=kind),

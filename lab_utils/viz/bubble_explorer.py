@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import Bubble, Schedule, bubble, bubble_from_timeline, schedule
 from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
 from lab_utils.viz.gantt import gantt_spec
@@ -78,7 +79,7 @@ def figure_spec(st: BubbleState) -> Spec:
     title = (f"{st.schedule}: p={st.p}, m={st.m}" + (f", v={st.v}" if st.v > 1 else "")
              + f", t_b={st.t_b:g} t_f  |  bubble = {r.closed_form.of_ideal:.1%} of ideal "
              f"compute, {r.closed_form.of_total:.1%} of total time")
-    return gantt_spec(r.timeline.events, title=title, width=1000,
+    return gantt_spec(r.timeline.events, title=title, width=FIGURE_WIDTH,
                       height=min(560, max(300, 120 + 42 * st.p)))
 
 
@@ -104,7 +105,7 @@ class BubbleExplorer(Explorer):
 
     TITLE = "Bubble explorer"
     CSS = "bubble-explorer"
-    COLUMNS = 5
+    COLUMNS = 3  # five controls in 3 columns: wide enough inputs at 1280 x 800
     validate = staticmethod(validate)
     figure_spec = staticmethod(figure_spec)
     summary_html = staticmethod(summary_html)

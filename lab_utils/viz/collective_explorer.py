@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (LINKS, MB, alg_bandwidth, bus_bandwidth, collective_time,
                             ring_bytes_per_rank)
 from lab_utils.calc.comm import OPS
@@ -112,7 +113,7 @@ def figure_spec(st: CollectiveState) -> Spec:
                          hovertemplate=f"{name}: %{{y:.4g}} GB/s<extra></extra>"))
     fixed = (f"D = {st.size_bytes / MB:g} MB" if by_n else f"N = {st.n}")
     layout: dict[str, Any] = dict(
-        width=1000, height=440, margin=dict(l=60, r=20, t=90, b=50),
+        width=FIGURE_WIDTH, height=440, margin=dict(l=60, r=20, t=90, b=50),
         title=dict(text=f"{st.op}, {fixed}, alpha = {st.alpha_s * 1e6:g} µs, "
                    f"bandwidth = {st.bandwidth / 1e9:g} GB/s per direction"),
         legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=10)),

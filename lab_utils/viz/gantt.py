@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc.pipeline import Event as PipelineEvent
 
 # One colour per kind of work, shared by ideal (F/B/W) and measured (forward/backward/...) events,
@@ -100,7 +101,7 @@ def _label(bar: _Bar, show_chunk: bool) -> str:
 
 
 def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
-               time_unit: str | None = None, relative: bool = True, width: int = 1000,
+               time_unit: str | None = None, relative: bool = True, width: int = FIGURE_WIDTH,
                height: int | None = None) -> dict[str, Any]:
     """The figure of ``gantt_figure`` as plain dicts ``{"data": [...], "layout": {...}}``:
     what the bubble explorer pushes into its live FigureWidget (dicts are ~10x cheaper to
@@ -149,7 +150,7 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
 
 def gantt_figure(events: Iterable[Any], title: str = "", color_by: str = "name",
                  time_unit: str | None = None, relative: bool = True,
-                 width: int = 1000, height: int | None = None) -> go.Figure:
+                 width: int = FIGURE_WIDTH, height: int | None = None) -> go.Figure:
     """Gantt chart of a per-rank timeline: one row per rank (rank 0 on top).
 
     ``events``: dicts ``{rank, name, start, end, **meta}`` (measured; ``mb``/``stage`` in meta

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (GB, GiB, PRESETS, RECIPES, ModelConfig, activation_memory,
                             model_state_memory, param_count)
 from lab_utils.calc.activations import RECOMPUTE
@@ -135,7 +136,7 @@ def figure_spec(st: MemoryState) -> Spec:
                      hovertemplate=f"device memory {cap:.1f} {st.unit}<extra></extra>"))
     unit_note = "1 GB = 10^9 bytes" if st.unit == "GB" else "1 GiB = 2^30 bytes"
     layout = dict(
-        barmode="stack", width=1000, height=430, margin=dict(l=70, r=20, t=60, b=50),
+        barmode="stack", width=FIGURE_WIDTH, height=430, margin=dict(l=70, r=20, t=60, b=50),
         title=dict(text=f"{st.n_params / 1e9:.2f}B params, {st.recipe}, dp={st.dp} tp={st.tp} "
                    f"pp={st.pp}: memory per GPU"),
         yaxis=dict(title=dict(text=f"memory per GPU ({st.unit}; {unit_note})"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (DEVICES, GB, LINKS, PRESETS, Cluster, ModelConfig, Plan,
                             best_per_layout, plan)
 from lab_utils.viz._base import Explorer, Spec, checkbox, dropdown, float_text, int_text
@@ -122,7 +123,7 @@ def figure_spec(st: PlannerState) -> Spec:
     bar("bubble", [b * p.bubble for b, p in zip(busy, rows)], "#BAB0AC", "2", "s")
     bar("DP sync", [p.dp_comm_s for p in rows], "#E45756", "2", "s")
     layout = dict(
-        barmode="stack", width=1000, height=460, margin=dict(l=60, r=20, t=80, b=110),
+        barmode="stack", width=FIGURE_WIDTH, height=460, margin=dict(l=60, r=20, t=80, b=110),
         title=dict(text=f"{st.cfg.name} on {st.cluster.world} GPUs ({st.cluster.name}), "
                    f"batch {st.global_batch} x {st.seq_len} tokens"),
         xaxis=dict(domain=[0, 0.46], anchor="y", tickangle=-40),
