@@ -60,8 +60,12 @@ def hang_uneven(ctx, steps: int = 3, extra_rank: int = 3, fix: str = "none",
     for x, y in batches:
         dp_step(model, x, y, ctx.group)
     if fix == "monitored":  # gloo only (with NCCL, make a gloo group for it); rank 0 waits for all
-        dist.monitored_barrier(ctx.group, timeout=datetime.timedelta(seconds=monitor_s),
-                               wait_all_ranks=True)
+        try:
+            dist.monitored_barrier(ctx.group, timeout=datetime.timedelta(seconds=monitor_s),
+                                   wait_all_ranks=True)
+        except RuntimeError as exc:  # log it first: the job is torn down right after
+            print(f"monitored_barrier: {str(exc).splitlines()[0]}", flush=True)
+            raise
     return len(batches)
 
 
