@@ -1,15 +1,17 @@
 """Speed goal: our BucketDDP's step time within 1.25 x torch DDP's (tiny GPT, 4 ranks, gloo).
 
-    cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_ddp.py [--reps 7 --steps 10]
+    cd /work/main && PYTHONPATH=. .venv/bin/python benchmarks/bench_ddp.py [--reps 9 --steps 10]
 
 One launch: each rank builds the three wrappers (NaiveDDP, BucketDDP, torch DDP) around
 identical models, warms them up, then runs `reps` rounds; in every round each wrapper trains
-`steps` steps (round-robin, so slow drifts of a shared machine hit all three alike). A round's
-time is the SLOWEST rank's (a step ends when every rank has its averaged gradients). The table
-shows the median over rounds, per step, and each rank's CPU time per step (time.process_time:
-the work done, steadier than the wall clock when ranks share cores). Same buckets for ours and torch's (25 MB: the whole tiny
-GPT in one bucket), so the ratio measures the implementation (Python hooks + copies into the
-flat buffer), not the bucketing policy. Exit code 1 when the goal is missed.
+`steps` steps, ours and torch's back to back in alternating order. A round's time is the
+SLOWEST rank's (a step ends when every rank has its averaged gradients). The goal is judged on
+the median over rounds of (ours / torch) within a round: two runs a second apart see the same
+load on a shared machine. The table also shows the median step time per implementation and
+each rank's CPU time per step (time.process_time: the work done, steadier than the wall clock
+when ranks share cores). Same buckets for ours and torch's (25 MB: the whole tiny GPT in one
+bucket), so the ratio measures the implementation (Python hooks, copies into the flat buffer),
+not the bucketing policy. Exit code 1 when the goal is missed.
 """
 from __future__ import annotations
 
@@ -54,8 +56,11 @@ def bench(ctx, reps: int, steps: int, batch_per_rank: int, warmup: int = 3):
             step(impl, i)
     times: dict[str, list[float]] = {k: [] for k in IMPLS}
     cpu: dict[str, list[float]] = {k: [] for k in IMPLS}
-    for _ in range(reps):
-        for impl in IMPLS:
+    for rnd in range(reps):
+        # ours and torch's back to back, in alternating order (a busy spell of the shared machine
+        # then hits both alike); naive, ~5x slower, last
+        pair = ("bucket", "torch") if rnd % 2 == 0 else ("torch", "bucket")
+        for impl in pair + ("naive",):
             dist.barrier()  # every rank starts the round together
             t0, c0 = time.perf_counter(), time.process_time()
             for i in range(steps):
@@ -70,7 +75,7 @@ def bench(ctx, reps: int, steps: int, batch_per_rank: int, warmup: int = 3):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch-per-rank", type=int, default=4)
     args = parser.parse_args()
@@ -94,10 +99,13 @@ def main() -> int:
         v = [1e3 * t for t in per_round[k]]
         print(f"{name:<16}{statistics.median(v):>16.2f}{min(v):>10.2f}{max(v):>10.2f}"
               f"{med[k] / med['torch']:>9.2f}x{1e3 * cpu[k]:>18.2f}{cpu[k] / cpu['torch']:>9.2f}x")
-    ratio = med["bucket"] / med["torch"]
+    # The goal is judged on back-to-back pairs: each round's ratio compares two runs a second
+    # apart, so a busy spell of the shared machine cancels; the ratio of the two medians does not.
+    ratio = statistics.median(b / t for b, t in zip(per_round["bucket"], per_round["torch"]))
     verdict = "MET" if ratio <= GOAL else "MISSED"
-    print(f"goal: BucketDDP <= {GOAL} x torch DDP (median wall-clock step) -> {ratio:.2f} x: "
-          f"{verdict}; CPU time per rank: {cpu['bucket'] / cpu['torch']:.2f} x")
+    print(f"goal: BucketDDP <= {GOAL} x torch DDP, median over rounds of the per-round ratio -> "
+          f"{ratio:.2f} x: {verdict}  (ratio of the medians {med['bucket'] / med['torch']:.2f} x; "
+          f"CPU time per rank {cpu['bucket'] / cpu['torch']:.2f} x)")
     note = oversubscription_note(args.ranks, results.backend)
     if note:
         print(note)

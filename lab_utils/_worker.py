@@ -106,6 +106,7 @@ def run_rank(fn: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout_s
     context manager's clean exit, whose barrier the other ranks would never join.
     """
     rank = int(os.environ.get("RANK", "0"))
+    delivered = False
     try:
         with distributed(backend, pg_timeout_s) as ctx:
             try:
@@ -116,7 +117,12 @@ def run_rank(fn: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout_s
                 on_error(rank, _error_record(exc))
                 _exit(1)
             on_result(rank, result)
-    except BaseException as exc:  # set-up or tear-down failed (e.g. rendezvous timeout)
+            delivered = True
+    except BaseException as exc:  # set-up failed (e.g. rendezvous), or teardown did
+        if delivered:
+            # This rank's work is done and reported; its teardown barrier failed because
+            # ANOTHER rank is stuck or gone. That rank is the story, not this one.
+            return 1
         on_error(rank, _error_record(exc))
         return 1
     return 0

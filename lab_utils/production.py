@@ -40,7 +40,7 @@ class RunConfig:
 
 class ShuffledLoader:
     """Global batches of indices, reshuffled every epoch. Epoch e's order is a permutation drawn
-    from a generator seeded with (seed, e), so two ints, (epoch, pos), ARE the data stream's state."""
+    from a generator seeded with (seed, e): two ints, (epoch, pos), ARE the data stream's state."""
 
     def __init__(self, n_samples: int, batch: int, seed: int) -> None:
         self.n, self.batch, self.seed, self.epoch, self.pos = n_samples, batch, seed, 0, 0
@@ -85,14 +85,6 @@ def train_state(model, opt, sched, loader, step: int, rank: int, rng: bool = Tru
     return state
 
 
-def save_checkpoint(state: dict, root: str, step: int) -> str:
-    import torch.distributed.checkpoint as dcp
-
-    path = os.path.join(root, f"step_{step:06d}")
-    dcp.save(state, checkpoint_id=path)  # collective: returns once every rank's file is written
-    return path
-
-
 def latest_checkpoint(root: str) -> str | None:
     """Newest COMPLETE checkpoint under root (one with the .metadata rank 0 writes last)."""
     done = [d for d in sorted(os.listdir(root)) if d.startswith("step_")
@@ -125,7 +117,8 @@ def full_fingerprint(model, opt) -> str:
     flat = dict(msd) | {f"{k}.{n}": t for k, st in osd["state"].items() for n, t in st.items()}
     h = hashlib.sha256()
     for key in sorted(flat):
-        h.update(key.encode() + flat[key].reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+        raw = flat[key].reshape(-1).contiguous().view(torch.uint8)  # the tensor's bytes
+        h.update(key.encode() + raw.numpy().tobytes())
     return h.hexdigest()
 
 
@@ -156,6 +149,8 @@ def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = N
     Returns the global mean loss of every step run, the eval loss just before every save, and
     (at step fingerprint_at) the fingerprint of the full state.
     """
+    import torch.distributed.checkpoint as dcp
+
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # per-rank RNG stream: ranks need different dropout
     model, opt, sched = build(cfg)
     loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
@@ -177,14 +172,15 @@ def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = N
         out["losses"][step] = (mean / ctx.world_size).item()
         if root is not None and (step + 1) % cfg.ckpt_every == 0:
             out["evals"][step + 1] = eval_loss(model, eval_x, eval_y)  # "the loss before saving"
-            save_checkpoint(train_state(model, opt, sched, loader, step + 1, ctx.rank), root, step + 1)
+            state = train_state(model, opt, sched, loader, step + 1, ctx.rank)
+            dcp.save(state, checkpoint_id=os.path.join(root, f"step_{step + 1:06d}"))  # collective
             if step + 1 == fingerprint_at:
                 out["fingerprint"] = full_fingerprint(model, opt)
     return out
 
 
 def reshard_load(ctx, cfg: RunConfig, path: str) -> dict:
-    """Load a checkpoint (saved on any number of ranks) into THIS world size; eval and fingerprint."""
+    """Load a checkpoint saved on any number of ranks into THIS world size; eval, fingerprint."""
     model, opt, sched = build(cfg)
     loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
     step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
@@ -228,7 +224,8 @@ def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fin
     """One launch: the uninterrupted run (with checkpoints), the exact resume of the crashed run,
     two incomplete resumes (no RNG, no data position), and sharded-vs-rank-0 saving."""
     full = train_run(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
-    out = {"uninterrupted": full["losses"], "evals": full["evals"], "fingerprint": full["fingerprint"]}
+    out = {"uninterrupted": full["losses"], "evals": full["evals"],
+           "fingerprint": full["fingerprint"]}
     last = latest_checkpoint(crashed_root)  # read before anything new is written there
     out["resumed_from"] = os.path.basename(last)
     for name, what in (("no RNG", ("data",)), ("no data position", ("rng",))):
@@ -239,8 +236,8 @@ def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fin
 
 
 # ----------------------------------------------------------------------------- fault drills
-# A ToyMLP with hand-written data parallelism (lab 04) and plain SGD written out, so that a drill
-# rank reaches its collectives within a second of starting (torch.optim's first use imports dynamo).
+# A ToyMLP with hand-written data parallelism (lab 04) and SGD written out: a drill rank reaches its
+# collectives quickly (the first use of torch.optim imports torch._dynamo, seconds on a busy CPU).
 def dp_step(model, x, y, group, lr: float = 0.1) -> float:
     """One DP step: local backward, all-reduce every gradient (average), SGD update."""
     model.zero_grad()
@@ -252,6 +249,7 @@ def dp_step(model, x, y, group, lr: float = 0.1) -> float:
 
 @torch.no_grad()
 def average_grads_and_step(model, group, lr: float = 0.1) -> None:
+    """All-reduce (sum) each gradient, divide by W, SGD update: 2(W-1)/W x P bytes per rank."""
     for p in model.parameters():
         dist.all_reduce(p.grad, group=group)  # one all-reduce per parameter, on every rank
         p -= lr * p.grad / dist.get_world_size(group)
@@ -324,7 +322,8 @@ def fault_drills(ctx, steps: int = 4, bad=(1, 2, 5), also: dict | None = None) -
     """The drills that do not hang, in one launch: NaN (plain, guarded), divergence (bug, fix),
     plus `also` = {name: (worker, kwargs)}, e.g. the fixed hang drills of find_the_hang."""
     out = {"nan_plain": nan_drill(ctx, steps, bad), "nan_guarded": nan_drill(ctx, steps, bad, True),
-           "diverged": divergence_drill(ctx, steps + 1), "synced": divergence_drill(ctx, steps + 1, True)}
+           "diverged": divergence_drill(ctx, steps + 1),
+           "synced": divergence_drill(ctx, steps + 1, sync_init=True)}
     for name, (worker, kwargs) in (also or {}).items():
         out[name] = worker(ctx, **kwargs)
     return out

@@ -33,7 +33,7 @@ def _hand_written(ctx):
             dist.reduce_scatter_tensor(shard, x)
             dist.all_to_all_single(torch.empty(1024), x)
             dist.barrier()
-        with led.phase("p2p"), tl.span("p2p", step=0):
+        with led.phase("p2p"), tl.span("p2p", step=0), CommLedger() as inner:  # ledgers nest
             # a ring of isend/irecv: every rank sends 256 floats right, receives from the left
             buf = torch.empty(256)
             ops = [dist.P2POp(dist.isend, x[:256].clone(), (r + 1) % n),
@@ -41,7 +41,10 @@ def _hand_written(ctx):
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
     summary = led.summary()
-    return {"ops": [(rec.op, rec.bytes_sent, rec.tensor_bytes, rec.group_size, rec.phase)
+    barrier_tl = Timeline(ctx, align="barrier")  # multi-node style clock: from a shared barrier
+    with barrier_tl.span("after_barrier"):
+        pass
+    return {"inner": inner.count(), "barrier_events": barrier_tl.gather(),"ops": [(rec.op, rec.bytes_sent, rec.tensor_bytes, rec.group_size, rec.phase)
                     for rec in led.records],
             "durations": [rec.duration_s for rec in led.records],
             "count_p2p": led.count(phase="p2p"), "sent_all": led.bytes_sent(),
@@ -66,6 +69,10 @@ def test_ledger_hand_written_collectives_and_timeline():
         assert out["count_p2p"] == 2 and out["summary_ok"]
         assert out["sent_all"] == sum(e[1] for e in expected)
         assert all(t is not None and t >= 0 for t in out["durations"])
+    assert all(out["inner"] == 2 for out in res)
+    be = res[0]["barrier_events"]
+    assert [e["rank"] for e in sorted(be, key=lambda e: e["rank"])] == list(range(n))
+    assert min(e["start"] for e in be) == 0.0 and all(e["end"] >= e["start"] for e in be)
     events = res[0]["events"]
     assert all(r["events"] is None for r in res[1:])
     assert sorted((e["rank"], e["name"]) for e in events) == sorted(

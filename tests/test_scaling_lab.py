@@ -29,7 +29,7 @@ def _both(ctx):
 
 @pytest.fixture(scope="module")
 def launched():
-    return run(_both, 2, threads=1, quiet=True, timeout_s=240)
+    return run(_both, 2, threads=1, quiet=True, timeout_s=240, preload=("torch._dynamo",))
 
 
 def test_scaling_structure(launched):

@@ -72,6 +72,9 @@ from typing import Any, Callable, Mapping
 import torch
 
 _REGISTRY: dict[str, "Exercise"] = {}
+# Checks build optimizers, DDP and ledgers, which import torch._dynamo on first use (~1-4 s of
+# CPU per rank): import it once before the ranks are forked (see lab_utils.run's preload).
+CHECK_PRELOAD = ("torch._dynamo",)
 DISCOVERY_ERRORS: dict[str, str] = {}  # module -> error, for modules that failed to import
 _discovered = False
 
@@ -250,31 +253,36 @@ def _report(result: CheckResult, ex: Exercise) -> CheckResult:
     return result
 
 
+def _run_one(name: str, fn: Callable, world_size: int | None, quiet: bool) -> CheckResult:
+    """One exercise, one launch; a failed launch becomes a failed CheckResult."""
+    from lab_utils.launch import RankFailure, run
+
+    ex = get(name)
+    try:
+        per_rank = run(_checks_on_rank, world_size or ex.world_size, [(ex.check, fn)],
+                       timeout_s=ex.timeout_s, quiet=quiet, preload=CHECK_PRELOAD)
+    except RankFailure as exc:
+        return _from_failure(name, exc)
+    return _combine(name, [r[0] for r in per_rank])
+
+
 def check(name: str, fn: Callable, world_size: int | None = None,
           quiet: bool = True) -> CheckResult:
     """Run ``fn`` through exercise ``name`` on real ranks; print and return the verdict.
 
     Never raises for a wrong answer (only for an unknown name or a non-callable fn).
     """
-    from lab_utils.launch import RankFailure, run
-
-    ex = get(name)
     if not callable(fn):
         raise TypeError(f"check({name!r}, fn): fn must be your function, got {fn!r}")
-    try:
-        per_rank = run(_checks_on_rank, world_size or ex.world_size, [(ex.check, fn)],
-                       timeout_s=ex.timeout_s, quiet=quiet)
-    except RankFailure as exc:
-        return _report(_from_failure(name, exc), ex)
-    return _report(_combine(name, [r[0] for r in per_rank]), ex)
+    return _report(_run_one(name, fn, world_size, quiet), get(name))
 
 
 def check_many(items: list[tuple[str, Callable]], quiet: bool = True,
                verbose: bool = False) -> list[CheckResult]:
-    """Check several (name, fn) pairs with one launch per world size (for tests).
+    """Check several (name, fn) pairs with one launch per world size (tests, quick mode).
 
     If a launch fails (some fn raised or deadlocked), its items are re-run one by one so
-    each gets its own verdict.
+    each gets its own verdict. ``verbose`` prints each verdict.
     """
     from lab_utils.launch import RankFailure, run
 
@@ -286,10 +294,10 @@ def check_many(items: list[tuple[str, Callable]], quiet: bool = True,
         jobs = [(get(items[i][0]).check, items[i][1]) for i in idx]
         timeout = sum(get(items[i][0]).timeout_s for i in idx)
         try:
-            per_rank = run(_checks_on_rank, size, jobs, timeout_s=timeout, quiet=quiet)
+            per_rank = run(_checks_on_rank, size, jobs, timeout_s=timeout, quiet=quiet, preload=CHECK_PRELOAD)
         except RankFailure:
             for i in idx:
-                results[i] = _single(items[i], quiet)
+                results[i] = _run_one(items[i][0], items[i][1], None, quiet)
             continue
         for k, i in enumerate(idx):
             results[i] = _combine(items[i][0], [r[k] for r in per_rank])
@@ -297,19 +305,6 @@ def check_many(items: list[tuple[str, Callable]], quiet: bool = True,
         for r in results:
             print(r)
     return results  # type: ignore[return-value]
-
-
-def _single(item: tuple[str, Callable], quiet: bool) -> CheckResult:
-    from lab_utils.launch import RankFailure, run
-
-    name, fn = item
-    ex = get(name)
-    try:
-        per_rank = run(_checks_on_rank, ex.world_size, [(ex.check, fn)],
-                       timeout_s=ex.timeout_s, quiet=quiet)
-    except RankFailure as exc:
-        return _from_failure(name, exc)
-    return _combine(name, [r[0] for r in per_rank])
 
 
 # ---------------------------------------------------------------- helpers for check authors
