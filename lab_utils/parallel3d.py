@@ -115,7 +115,9 @@ class MeshStageWorker(StageWorker):
 # -- experiments (each runs on every rank) -------------------------------------------------------
 
 def _by_axis(ledger: CommLedger, topo: Topology) -> dict:
-    """Per optimizer step: calls and bytes sent, attributed to the axis of their group."""
+    """Calls and bytes sent by mesh axis, told apart by kind: p2p -> pp; the "dp sync" phase and
+    FSDP's all-gathers / reduce-scatters -> dp; the all-reduces inside the layers -> tp (each
+    checked against its axis's group size)."""
     size = {"tp": topo.tp, "dp": topo.dp}
     out = {ax: {"calls": 0, "bytes": 0.0, "ops": {}} for ax in ("tp", "pp", "dp")}
     for r in ledger.records:
@@ -150,7 +152,8 @@ def train_2d(ctx, variant: str = "torch", steps: int = 3, global_batch: int = 16
     """dp x tp training of TinyGPT. variant "torch": apply_tp + apply_fsdp (DTensor, FSDP2);
     "ours": apply_tp_ours + sync_dp_grads. Each dp group trains on its shard of the global
     batch; the tp ranks of a dp group see the same rows. Returns the mean loss of the global
-    batch per step (every rank) and the last step's communication by axis."""
+    batch per step (every rank), the first step's full gradients and the last step's
+    communication by axis."""
     topo = Topology(dp=dp, tp=tp)
     mesh = topo.build_mesh()
     c = topo.coords(ctx.rank)
@@ -163,7 +166,7 @@ def train_2d(ctx, variant: str = "torch", steps: int = 3, global_batch: int = 16
     if variant == "torch":
         apply_fsdp(model, mesh["dp"])
     opt = make_optimizer(model.parameters(), "adamw", lr=LR)
-    losses, ledger = [], CommLedger()
+    losses, grads0, ledger = [], None, CommLedger()
     for i, batch in enumerate(token_batches(steps, global_batch, cfg.seq_len, cfg.vocab_size, 1)):
         x, y = shard_for_rank(batch, c["dp"], dp)  # (B/dp, T): the same on both tp ranks
         ledger.records.clear()
@@ -175,10 +178,13 @@ def train_2d(ctx, variant: str = "torch", steps: int = 3, global_batch: int = 16
                 with ledger.phase("dp sync"):
                     sync_dp_grads(model, mesh.get_group("dp"))
             opt.step()
+        if i == 0:  # full gradients (collectives: every rank gathers its shards)
+            grads0 = ({n: p.grad.full_tensor() for n, p in model.named_parameters()}
+                      if variant == "torch" else T.unshard(model, grads=True))
         losses.append(loss.item())
     mean = torch.tensor(losses)
     dist.all_reduce(mean, group=mesh.get_group("dp"))  # equal shards: mean of the dp means
-    out = dict(losses=(mean / dp).tolist(), comm=_by_axis(ledger, topo), coords=c,
+    out = dict(losses=(mean / dp).tolist(), grads=grads0, comm=_by_axis(ledger, topo), coords=c,
                param_bytes=sizes)
     if variant == "torch":
         out["placements"] = _placements(model, ("blocks.0.mlp.fc.weight",
@@ -251,10 +257,10 @@ def _full_grads(stage: nn.Module, first_block: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def reference_grads(steps_batch_seed: int = 1, global_batch: int = 16,
+def reference_grads(data_seed: int = 1, global_batch: int = 16,
                     cfg: GPTConfig = CFG) -> dict[str, torch.Tensor]:
     """One process, whole first batch: the gradients the 3D run must reproduce at step 0."""
     model = TinyGPT(cfg, seed=0)
-    x, y = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, steps_batch_seed)[0]
+    x, y = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, data_seed)[0]
     lm_loss(model(x), y).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}

@@ -31,7 +31,8 @@ def test_ring_bytes_formula():
 
 
 def test_ring_attention_matches_full_attention():
-    res = run(check_ring, 4, (2, 4), B, H, T, HD, timeout_s=180, quiet=True)
+    res = run(check_ring, 4, (2, 4), B, H, T, HD, timeout_s=180, quiet=True,
+              preload=("torch._dynamo",))  # imported by every rank otherwise (~2 s CPU each)
     rows = [row for rank_rows in res for row in rank_rows]
     assert {(r["n"], r["causal"]) for r in rows} == {(2, True), (2, False), (4, True), (4, False)}
     for r in rows:

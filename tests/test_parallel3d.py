@@ -31,10 +31,18 @@ def ref_losses():
 def test_2d_matches_reference_and_formulas(ref_losses):
     res = run(experiments_2d, 4, STEPS, global_batch=B, preload=PRELOAD, timeout_s=240,
               quiet=True)
+    ref_grads = reference_grads(1, B)
     for rank, out in enumerate(res):
         for variant in ("torch", "ours"):
             assert_close(torch.tensor(out[variant]["losses"]), torch.tensor(ref_losses),
                          rtol=1e-5, atol=1e-6, msg=lambda s, v=variant: f"rank {rank} {v}: {s}")
+            # AdamW barely sees a gradient's scale (a sum instead of a mean over dp still gives
+            # nearly the same losses): the first step's gradients catch that kind of bug
+            grads = out[variant]["grads"]
+            assert set(grads) == set(ref_grads)
+            for name, g in grads.items():
+                assert_close(g, ref_grads[name], rtol=1e-4, atol=1e-6,
+                             msg=lambda s, n=name, v=variant: f"rank {rank} {v} {n}: {s}")
         ours, torch_ = out["ours"], out["torch"]
         tp_ar = tp_layer_comm(B // 2, T, C, 2, bytes_per_elem=4).bytes_per_rank  # per layer
         # ours: fused qkv -> 2 all-reduces per layer forward + 2 backward; 1 grad all-reduce
