@@ -171,6 +171,14 @@ def _launcher_main(payload_path: str, out_dir: str) -> int:
     def on_error(r: int, record: dict) -> None:
         _write_atomic(os.path.join(out_dir, f"rank{r}.err"), record)
 
+    # torchrun's agent SIGTERMs the surviving ranks when one dies. Its own handler (inherited
+    # through the fork) would raise SignalException inside whatever this rank was doing and
+    # report THAT as the error; instead, leave a mark that says "stopped, not failed".
+    def _stopped(signum, frame):
+        open(os.path.join(out_dir, f"rank{rank}.term"), "w").close()
+        _exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _stopped)
     # On a hang, the launcher sends SIGUSR1 before killing: the rank's Python stack lands
     # in a file, so the message can show the line where the rank was waiting.
     stack_file = open(os.path.join(out_dir, f"rank{rank}.stack"), "w")

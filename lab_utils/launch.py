@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -47,14 +48,50 @@ _LIVE: set[subprocess.Popen] = set()  # torchrun processes still running, for at
 class RankFailure(RuntimeError):
     """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
 
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str]):
+    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
         super().__init__(message)
         self.tracebacks = tracebacks
         self.log = log
+        self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
 
     @property
     def ranks(self) -> list[int]:
         return sorted(self.tracebacks)
+
+
+def _process_gone(pid: int) -> bool:
+    """True if pid has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc (not Linux): fall back to a signal-0 probe
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+
+def _dead_ranks(out_dir: str, world_size: int) -> list[int]:
+    """Ranks that died on their own: no result, no error, not stopped (no .term), process gone.
+
+    os._exit, a segfault or the kernel's OOM killer leave no traceback; the other ranks then
+    fail with "connection reset by peer" - symptoms. Called BEFORE the launcher kills anything.
+    """
+    dead = []
+    for rank in range(world_size):
+        if any(os.path.exists(os.path.join(out_dir, f"rank{rank}.{s}")) for s in ("ok", "err", "term")):
+            continue
+        try:
+            with open(os.path.join(out_dir, f"forked{rank}")) as f:
+                pid = int(f.read())
+        except (FileNotFoundError, ValueError):
+            continue  # never started: not a death we can attribute
+        if _process_gone(pid):
+            dead.append(rank)
+    return dead
 
 
 class RankTimeout(RankFailure):
@@ -230,13 +267,20 @@ def _read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[i
     return ok, err
 
 
+def _short(message: str) -> str:
+    """First sentence of an error, without gloo's "[/path/to/pair.cc:553]" prefix."""
+    message = re.sub(r"^\[[^\]]*\]\s*", "", message.strip())
+    first = re.split(r"(?<=\.)\s", message, maxsplit=1)[0]
+    return first if len(first) <= 90 else first[:87] + "..."
+
+
 def _fmt_ranks(ranks) -> str:
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
-             timeout_s: float, stacks: dict[int, str]) -> RankFailure:
+             timeout_s: float, stacks: dict[int, str], dead: list[int]) -> RankFailure:
     """Turn the ranks' reports into one readable exception."""
     # A rank that delivered its result is finished, whatever its teardown did afterwards.
     err = {r: rec for r, rec in err.items() if r not in ok}
@@ -260,6 +304,15 @@ def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit:
             msg += f"\n\nWhere rank {first} was waiting (its Python stack at the deadline, innermost first):\n{stacks[first]}"
             tracebacks = dict(stacks)
         return RankTimeout(msg, tracebacks, log, unfinished)
+    if dead:
+        last_words = [line for line in log if any(line.startswith(f"[rank {r}] ") for r in dead)][-5:]
+        msg = (f"{_fmt_ranks(dead)} died without reporting an error (os._exit, a segfault, or killed "
+               "by the operating system, e.g. out of memory)."
+               + (f"\n{_fmt_ranks(err)} failed after it: "
+                  + "; ".join(sorted({f"{rec['type']}: {_short(rec['message'])}" for rec in err.values()}))
+                  + " - symptoms of the lost rank, not causes." if err else "")
+               + ("\nLast output of the dead rank(s):\n" + "\n".join(last_words) if last_words else ""))
+        return RankFailure(msg, tracebacks, log, dead)
     if not err:
         tail = "\n".join(log[-30:])
         return RankFailure(f"{_fmt_ranks(unfinished)} exited without reporting a result (killed, "
@@ -367,6 +420,7 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
                       f"waiting for {_fmt_ranks(waiting)}", flush=True)
                 next_progress = now + 10.0
     finally:
+        dead = _dead_ranks(tmp, world_size) if first_error_at is not None or proc.poll() is not None else []
         if deadline_hit:
             _request_stacks(tmp, world_size)
         _kill_group(proc)  # no-op when torchrun already exited; kills everything otherwise
@@ -386,7 +440,7 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
         record["_seen"] = os.path.getmtime(os.path.join(tmp, f"rank{rank}.err"))
     shutil.rmtree(tmp, ignore_errors=True)
     if len(ok) < world_size:  # errors after a delivered result (teardown) do not fail the run
-        raise _failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks)
+        raise _failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks, dead)
 
     results = RunResults(ok[r] for r in range(world_size))
     results.elapsed_s = elapsed

@@ -208,3 +208,23 @@ def test_preload_reaches_every_rank_without_importing_there():
     assert run(has_wave, 2, quiet=True, preload=("wave",)) == [True, True]
     with pytest.raises(ValueError, match="preload: no module named 'no_such_mod'"):
         run(has_wave, 2, preload=("no_such_mod",))
+
+
+def exits_silently_on_rank_1(ctx):
+    if ctx.rank == 1:
+        print("about to vanish", flush=True)
+        os._exit(3)  # no traceback, like a segfault or the OOM killer
+    t = torch.ones(1)
+    dist.all_reduce(t, group=ctx.group)
+    return ctx.rank
+
+
+def test_a_rank_that_dies_silently_is_named_not_its_victims():
+    with pytest.raises(RankFailure) as info:
+        run(exits_silently_on_rank_1, 3, quiet=True, timeout_s=60)
+    assert info.value.dead == [1]
+    assert str(info.value).startswith("rank 1 died without reporting an error")
+    assert "about to vanish" in str(info.value)
+    assert 1 not in info.value.tracebacks
+    assert not any("SignalException" in tb for tb in info.value.tracebacks.values())
+    assert worker_pids() == []
