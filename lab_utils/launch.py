@@ -168,14 +168,9 @@ def _pickle_payload(fn: Callable, args: tuple, kwargs: dict, options: dict) -> b
 
 
 def _resolve_backend(backend: str, world_size: int) -> str:
-    if backend not in ("auto", "gloo", "nccl"):
-        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
-    if backend != "auto":
-        return backend
-    import torch  # deferred: `import lab_utils` stays cheap
+    from lab_utils.context import resolve_backend  # deferred: it imports torch
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return "nccl" if gpus >= world_size else "gloo"
+    return resolve_backend(backend, world_size)  # one node: local world size = world size
 
 
 def torchrun_command(world_size: int, payload_path: str, out_dir: str) -> list[str]:

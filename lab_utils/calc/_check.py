@@ -1,4 +1,4 @@
-"""Input validation shared by the calculators.
+"""Input validation (and the one line fit) shared by the calculators.
 
 Widgets show these messages to learners, so each one says what is wrong AND how to fix it.
 """
@@ -48,3 +48,18 @@ def choice(name: str, value: object, options: Iterable[object]) -> str:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, opts))}; got {value!r}")
     return value  # type: ignore[return-value]
 
+
+
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Ordinary least squares y = intercept + slope * x, closed form: (intercept, slope, r2).
+
+    Shared by fit_alpha_beta (t = alpha + beta * D, lab 03) and fit_serial_fraction
+    (T = a + b / N, lab 09). Callers validate first: equal lengths, two distinct xs.
+    """
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
+    return intercept, slope, 1.0 if ss_tot == 0 else 1 - ss_res / ss_tot

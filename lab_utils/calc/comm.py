@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import choice, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import choice, line_fit, nonneg_num, pos_int, pos_num
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send_recv")
@@ -215,14 +215,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
         nonneg_num("each size in sizes_bytes", x)
     for y in ys:
         nonneg_num("each time in times_s", y)
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
+    if len(set(xs)) < 2:
         raise ValueError("all message sizes are equal; measure at least two different sizes")
-    beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    alpha = my - beta * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - alpha - beta * x) ** 2 for x, y in zip(xs, ys))
-    r2 = 1.0 if ss_tot == 0 else 1 - ss_res / ss_tot
+    alpha, beta, r2 = line_fit(xs, ys)
     return AlphaBetaFit(alpha_s=alpha, beta_s_per_byte=beta, r2=r2)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import fraction, nonneg_int, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import fraction, line_fit, nonneg_int, nonneg_num, pos_int, pos_num
 
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
@@ -70,19 +70,13 @@ def fit_serial_fraction(ns: Sequence[int], times: Sequence[float]) -> SerialFit:
         pos_num("each time in times", t)
     if len(set(xs_n)) < 2:
         raise ValueError("all N are equal; measure at least two different device counts")
-    xs = [1 / n for n in xs_n]
-    k = len(xs)
-    mx, my = sum(xs) / k, sum(ys) / k
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    a = my - b * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    a, b, r2 = line_fit([1 / n for n in xs_n], ys)
     t1 = a + b
     if b <= 0 or t1 <= 0:
         raise ValueError("the measured times do not fall with N, so Amdahl's model "
                          "T = T1 (s + (1-s)/N) does not fit (communication that grows with N "
                          "is a different model); check the measurements")
-    return SerialFit(t1=t1, serial_fraction=a / t1, r2=1.0 if ss_tot == 0 else 1 - ss_res / ss_tot)
+    return SerialFit(t1=t1, serial_fraction=a / t1, r2=r2)
 
 
 def flops_per_token(n_params: float, n_layers: int = 0, seq_len: int = 0,
