@@ -24,7 +24,6 @@ from __future__ import annotations
 import atexit
 import os
 import queue
-import re
 import shutil
 import signal
 import subprocess
@@ -37,69 +36,14 @@ from typing import Any, Callable
 
 import cloudpickle
 
+from lab_utils.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
+                                fmt_ranks, read_records, read_stacks, request_stacks)
+
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
 TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
-_TIMEOUT_MARKERS = ("timed out", "timeout")  # matched case-insensitively (gloo: "Timed out waiting")
 _LIVE: set[subprocess.Popen] = set()  # torchrun processes still running, for atexit
-
-
-class RankFailure(RuntimeError):
-    """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
-        super().__init__(message)
-        self.tracebacks = tracebacks
-        self.log = log
-        self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted(self.tracebacks)
-
-
-def _process_gone(pid: int) -> bool:
-    """True if pid has exited (gone, or a zombie its parent has not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-    except OSError:  # no /proc (not Linux): fall back to a signal-0 probe
-        try:
-            os.kill(pid, 0)
-            return False
-        except ProcessLookupError:
-            return True
-
-
-def _dead_ranks(out_dir: str, world_size: int) -> list[int]:
-    """Ranks that died on their own: no result, no error, not stopped (no .term), process gone.
-
-    os._exit, a segfault or the kernel's OOM killer leave no traceback; the other ranks then
-    fail with "connection reset by peer" - symptoms. Called BEFORE the launcher kills anything.
-    """
-    dead = []
-    for rank in range(world_size):
-        if any(os.path.exists(os.path.join(out_dir, f"rank{rank}.{s}")) for s in ("ok", "err", "term")):
-            continue
-        try:
-            with open(os.path.join(out_dir, f"forked{rank}")) as f:
-                pid = int(f.read())
-        except (FileNotFoundError, ValueError):
-            continue  # never started: not a death we can attribute
-        if _process_gone(pid):
-            dead.append(rank)
-    return dead
-
-
-class RankTimeout(RankFailure):
-    """Some ranks did not finish in time (typically stuck in a collective)."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]):
-        super().__init__(message, tracebacks, log)
-        self.unfinished = unfinished
 
 
 class RunResults(list):
@@ -218,111 +162,6 @@ def _reader(stream, lines: "queue.Queue[str | None]") -> None:
     lines.put(None)
 
 
-def _request_stacks(out_dir: str, world_size: int) -> None:
-    """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see _worker)."""
-    asked = False
-    for rank in range(world_size):
-        mark = os.path.join(out_dir, f"forked{rank}")
-        if os.path.exists(os.path.join(out_dir, f"rank{rank}.ok")) or not os.path.exists(mark):
-            continue
-        try:
-            with open(mark) as f:
-                os.kill(int(f.read()), signal.SIGUSR1)
-            asked = True
-        except (ValueError, ProcessLookupError):
-            pass
-    if asked:
-        time.sleep(0.3)  # faulthandler writes from a signal handler: immediate, but not instant
-
-
-def _read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
-    stacks = {}
-    for rank in range(world_size):
-        path = os.path.join(out_dir, f"rank{rank}.stack")
-        if os.path.exists(path):
-            with open(path) as f:
-                text = f.read().strip()
-            # keep the learner's frames: everything above the worker's own run_rank frame
-            lines = text.splitlines()
-            cut = next((i for i, line in enumerate(lines) if "_worker.py" in line and "run_rank" in line),
-                       len(lines))
-            if cut > 1:
-                stacks[rank] = "\n".join(lines[:cut])
-    return stacks
-
-
-def _read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[int, dict]]:
-    ok, err = {}, {}
-    for rank in range(world_size):
-        for suffix, store in (("ok", ok), ("err", err)):
-            path = os.path.join(out_dir, f"rank{rank}.{suffix}")
-            if os.path.exists(path):
-                with open(path, "rb") as f:
-                    store[rank] = cloudpickle.load(f)
-    return ok, err
-
-
-def _short(message: str) -> str:
-    """First sentence of an error, without gloo's "[/path/to/pair.cc:553]" prefix."""
-    message = re.sub(r"^\[[^\]]*\]\s*", "", message.strip())
-    first = re.split(r"(?<=\.)\s", message, maxsplit=1)[0]
-    return first if len(first) <= 90 else first[:87] + "..."
-
-
-def _fmt_ranks(ranks) -> str:
-    ranks = sorted(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
-
-
-def _failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
-             timeout_s: float, stacks: dict[int, str], dead: list[int]) -> RankFailure:
-    """Turn the ranks' reports into one readable exception."""
-    # A rank that delivered its result is finished, whatever its teardown did afterwards.
-    err = {r: rec for r, rec in err.items() if r not in ok}
-    unfinished = [r for r in range(world_size) if r not in ok]
-    tracebacks = {r: rec["traceback"] for r, rec in err.items()}
-    all_timeouts = bool(err) and all(any(m in rec["message"].lower() for m in _TIMEOUT_MARKERS)
-                                     for rec in err.values())
-    if deadline_hit or all_timeouts:
-        why = ("the process group's timeout expired in the waiting ranks" if all_timeouts
-               else f"the run's deadline of {timeout_s:g} s passed")
-        msg = (f"{_fmt_ranks(unfinished)} did not finish: {why}. "
-               + (f"Finished: {_fmt_ranks(ok)}. " if ok else "")
-               + "A rank stuck in a collective usually means the ranks did not call the same "
-               "collectives in the same order (an `if rank == 0:` around a collective, uneven "
-               "batches giving one rank an extra step, a send without its recv).")
-        if tracebacks:
-            first = min(tracebacks)
-            msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"
-        elif stacks:
-            first = min(stacks)
-            msg += f"\n\nWhere rank {first} was waiting (its Python stack at the deadline, innermost first):\n{stacks[first]}"
-            tracebacks = dict(stacks)
-        return RankTimeout(msg, tracebacks, log, unfinished)
-    if dead:
-        last_words = [line for line in log if any(line.startswith(f"[rank {r}] ") for r in dead)][-5:]
-        msg = (f"{_fmt_ranks(dead)} died without reporting an error (os._exit, a segfault, or killed "
-               "by the operating system, e.g. out of memory)."
-               + (f"\n{_fmt_ranks(err)} failed after it: "
-                  + "; ".join(sorted({f"{rec['type']}: {_short(rec['message'])}" for rec in err.values()}))
-                  + " - symptoms of the lost rank, not causes." if err else "")
-               + ("\nLast output of the dead rank(s):\n" + "\n".join(last_words) if last_words else ""))
-        return RankFailure(msg, tracebacks, log, dead)
-    if not err:
-        tail = "\n".join(log[-30:])
-        return RankFailure(f"{_fmt_ranks(unfinished)} exited without reporting a result (killed, "
-                           f"out of memory, or os._exit?). Last output:\n{tail}", {}, log)
-    first = min(err, key=lambda r: (err[r].get("_seen", 0), r))
-    followers = [r for r in err if r != first]
-    stopped = [r for r in unfinished if r not in err]
-    msg = (f"rank {first} raised {err[first]['type']}: {err[first]['message']}"
-           + (f"\n({_fmt_ranks(followers)} failed after it, typically a lost connection to rank {first})"
-              if followers else "")
-           + (f"\n({_fmt_ranks(stopped)} stopped by the launcher)" if stopped else "")
-           + f"\n\nOriginal traceback on rank {first}:\n{err[first]['traceback']}")
-    return RankFailure(msg, tracebacks, log)
-
-
 def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeout_s: float = 120.0,
         pg_timeout_s: float | None = None, quiet: bool = False, threads: int | None = None,
         preload: tuple[str, ...] = (), **kwargs: Any) -> RunResults:
@@ -412,12 +251,12 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
             if not quiet and now > next_progress:
                 waiting = [r for r in range(world_size) if r not in done]
                 print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
-                      f"waiting for {_fmt_ranks(waiting)}", flush=True)
+                      f"waiting for {fmt_ranks(waiting)}", flush=True)
                 next_progress = now + 10.0
     finally:
-        dead = _dead_ranks(tmp, world_size) if first_error_at is not None or proc.poll() is not None else []
+        dead = dead_ranks(tmp, world_size) if first_error_at is not None or proc.poll() is not None else []
         if deadline_hit:
-            _request_stacks(tmp, world_size)
+            request_stacks(tmp, world_size)
         _kill_group(proc)  # no-op when torchrun already exited; kills everything otherwise
     elapsed = time.perf_counter() - start
     while True:  # drain what was printed before the kill
@@ -429,13 +268,13 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
             log.append(line)
             if not quiet and line.startswith("[rank "):
                 print(line, flush=True)
-    ok, err = _read_records(tmp, world_size)
-    stacks = _read_stacks(tmp, world_size)
+    ok, err = read_records(tmp, world_size)
+    stacks = read_stacks(tmp, world_size)
     for rank, record in err.items():
         record["_seen"] = os.path.getmtime(os.path.join(tmp, f"rank{rank}.err"))
     shutil.rmtree(tmp, ignore_errors=True)
     if len(ok) < world_size:  # errors after a delivered result (teardown) do not fail the run
-        raise _failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks, dead)
+        raise failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks, dead)
 
     results = RunResults(ok[r] for r in range(world_size))
     results.elapsed_s = elapsed

@@ -1,0 +1,180 @@
+"""What went wrong on the ranks, in one readable exception (lab 00).
+
+The launcher (launch.py) collects what each rank left in the run's folder - rank<k>.ok (a
+result), .err (a traceback), .term (stopped by torchrun), .stack (a Python stack dumped on
+request at the deadline), forked<k> (its pid) - and this module turns them into RankFailure or
+RankTimeout, naming the rank that CAUSED the failure rather than the ranks that suffered it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from typing import Any
+
+import cloudpickle
+
+_TIMEOUT_MARKERS = ("timed out", "timeout")  # matched case-insensitively (gloo: "Timed out waiting")
+
+
+class RankFailure(RuntimeError):
+    """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
+
+    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
+        super().__init__(message)
+        self.tracebacks = tracebacks
+        self.log = log
+        self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.tracebacks)
+
+
+def _process_gone(pid: int) -> bool:
+    """True if pid has exited (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc (not Linux): fall back to a signal-0 probe
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+
+def dead_ranks(out_dir: str, world_size: int) -> list[int]:
+    """Ranks that died on their own: no result, no error, not stopped (no .term), process gone.
+
+    os._exit, a segfault or the kernel's OOM killer leave no traceback; the other ranks then
+    fail with "connection reset by peer" - symptoms. Called BEFORE the launcher kills anything.
+    """
+    dead = []
+    for rank in range(world_size):
+        if any(os.path.exists(os.path.join(out_dir, f"rank{rank}.{s}")) for s in ("ok", "err", "term")):
+            continue
+        try:
+            with open(os.path.join(out_dir, f"forked{rank}")) as f:
+                pid = int(f.read())
+        except (FileNotFoundError, ValueError):
+            continue  # never started: not a death we can attribute
+        if _process_gone(pid):
+            dead.append(rank)
+    return dead
+
+
+class RankTimeout(RankFailure):
+    """Some ranks did not finish in time (typically stuck in a collective)."""
+
+    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]):
+        super().__init__(message, tracebacks, log)
+        self.unfinished = unfinished
+
+
+def request_stacks(out_dir: str, world_size: int) -> None:
+    """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see _worker)."""
+    asked = False
+    for rank in range(world_size):
+        mark = os.path.join(out_dir, f"forked{rank}")
+        if os.path.exists(os.path.join(out_dir, f"rank{rank}.ok")) or not os.path.exists(mark):
+            continue
+        try:
+            with open(mark) as f:
+                os.kill(int(f.read()), signal.SIGUSR1)
+            asked = True
+        except (ValueError, ProcessLookupError):
+            pass
+    if asked:
+        time.sleep(0.3)  # faulthandler writes from a signal handler: immediate, but not instant
+
+
+def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
+    stacks = {}
+    for rank in range(world_size):
+        path = os.path.join(out_dir, f"rank{rank}.stack")
+        if os.path.exists(path):
+            with open(path) as f:
+                text = f.read().strip()
+            # keep the learner's frames: everything above the worker's own run_rank frame
+            lines = text.splitlines()
+            cut = next((i for i, line in enumerate(lines) if "_worker.py" in line and "run_rank" in line),
+                       len(lines))
+            if cut > 1:
+                stacks[rank] = "\n".join(lines[:cut])
+    return stacks
+
+
+def read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[int, dict]]:
+    ok, err = {}, {}
+    for rank in range(world_size):
+        for suffix, store in (("ok", ok), ("err", err)):
+            path = os.path.join(out_dir, f"rank{rank}.{suffix}")
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    store[rank] = cloudpickle.load(f)
+    return ok, err
+
+
+def _short(message: str) -> str:
+    """First sentence of an error, without gloo's "[/path/to/pair.cc:553]" prefix."""
+    message = re.sub(r"^\[[^\]]*\]\s*", "", message.strip())
+    first = re.split(r"(?<=\.)\s", message, maxsplit=1)[0]
+    return first if len(first) <= 90 else first[:87] + "..."
+
+
+def fmt_ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
+             timeout_s: float, stacks: dict[int, str], dead: list[int]) -> RankFailure:
+    """Turn the ranks' reports into one readable exception."""
+    # A rank that delivered its result is finished, whatever its teardown did afterwards.
+    err = {r: rec for r, rec in err.items() if r not in ok}
+    unfinished = [r for r in range(world_size) if r not in ok]
+    tracebacks = {r: rec["traceback"] for r, rec in err.items()}
+    all_timeouts = bool(err) and all(any(m in rec["message"].lower() for m in _TIMEOUT_MARKERS)
+                                     for rec in err.values())
+    if deadline_hit or all_timeouts:
+        why = ("the process group's timeout expired in the waiting ranks" if all_timeouts
+               else f"the run's deadline of {timeout_s:g} s passed")
+        msg = (f"{fmt_ranks(unfinished)} did not finish: {why}. "
+               + (f"Finished: {fmt_ranks(ok)}. " if ok else "")
+               + "A rank stuck in a collective usually means the ranks did not call the same "
+               "collectives in the same order (an `if rank == 0:` around a collective, uneven "
+               "batches giving one rank an extra step, a send without its recv).")
+        if tracebacks:
+            first = min(tracebacks)
+            msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"
+        elif stacks:
+            first = min(stacks)
+            msg += f"\n\nWhere rank {first} was waiting (its Python stack at the deadline, innermost first):\n{stacks[first]}"
+            tracebacks = dict(stacks)
+        return RankTimeout(msg, tracebacks, log, unfinished)
+    if dead:
+        last_words = [line for line in log if any(line.startswith(f"[rank {r}] ") for r in dead)][-5:]
+        msg = (f"{fmt_ranks(dead)} died without reporting an error (os._exit, a segfault, or killed "
+               "by the operating system, e.g. out of memory)."
+               + (f"\n{fmt_ranks(err)} failed after it: "
+                  + "; ".join(sorted({f"{rec['type']}: {_short(rec['message'])}" for rec in err.values()}))
+                  + " - symptoms of the lost rank, not causes." if err else "")
+               + ("\nLast output of the dead rank(s):\n" + "\n".join(last_words) if last_words else ""))
+        return RankFailure(msg, tracebacks, log, dead)
+    if not err:
+        tail = "\n".join(log[-30:])
+        return RankFailure(f"{fmt_ranks(unfinished)} exited without reporting a result (killed, "
+                           f"out of memory, or os._exit?). Last output:\n{tail}", {}, log)
+    first = min(err, key=lambda r: (err[r].get("_seen", 0), r))
+    followers = [r for r in err if r != first]
+    stopped = [r for r in unfinished if r not in err]
+    msg = (f"rank {first} raised {err[first]['type']}: {err[first]['message']}"
+           + (f"\n({fmt_ranks(followers)} failed after it, typically a lost connection to rank {first})"
+              if followers else "")
+           + (f"\n({fmt_ranks(stopped)} stopped by the launcher)" if stopped else "")
+           + f"\n\nOriginal traceback on rank {first}:\n{err[first]['traceback']}")
+    return RankFailure(msg, tracebacks, log)
