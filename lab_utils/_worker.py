@@ -188,9 +188,10 @@ def _launcher_main(payload_path: str, out_dir: str) -> int:
     torch.set_num_threads(options["threads"])
     _wait_until_all_forked(out_dir, rank, int(os.environ["WORLD_SIZE"]), options["pg_timeout_s"])
     code = run_rank(fn, args, kwargs, options["backend"], options["pg_timeout_s"], on_result, on_error)
-    # Teardown finished (barrier, gc, destroy_process_group): tell the launcher this rank
-    # is leaving on its own, so it can tell a clean exit from one it had to kill.
-    open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
+    if code == 0:
+        # Teardown finished (barrier, gc, destroy_process_group): tell the launcher this rank
+        # is leaving on its own, so it can tell a clean exit from one it had to kill.
+        open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
     return code
 
 
