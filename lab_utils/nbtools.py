@@ -16,6 +16,14 @@ CHECKED_MARK = "# NBVAL_CHECK_OUTPUT"
 REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
 
 
+def execute_quick(src: Path, dest: Path) -> None:
+    """Run a lab top to bottom in quick mode with papermill (the test suite and `make site`)."""
+    import papermill  # deferred: strip/check do not need it
+
+    papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": True}, kernel_name="python3",
+                               cwd=str(src.parent), progress_bar=False)
+
+
 def strip(nb: nbformat.NotebookNode) -> bool:
     """Remove outputs and execution counts in place; True if anything changed."""
     changed = False

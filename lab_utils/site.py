@@ -17,6 +17,8 @@ import nbformat
 import plotly.io as pio
 from nbconvert import HTMLExporter
 
+from lab_utils.nbtools import execute_quick
+
 ROOT = Path(__file__).resolve().parents[1]
 LABS = ROOT / "labs"
 EXECUTED = ROOT / "build" / "executed"
@@ -27,16 +29,13 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 
 def execute_missing(paths: list[Path]) -> None:
     """Run papermill (quick mode) for labs with no executed copy newer than the source."""
-    import papermill
-
     EXECUTED.mkdir(parents=True, exist_ok=True)
     for src in paths:
         out = EXECUTED / src.name
         if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
             continue
         print(f"executing {src.name} (quick mode)", flush=True)
-        papermill.execute_notebook(str(src), str(out), parameters={"QUICK": True}, kernel_name="python3",
-                                   cwd=str(LABS), progress_bar=False)
+        execute_quick(src, out)
 
 
 def make_static(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:

@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 
 import nbformat
-import papermill
 import pytest
 
-from lab_utils.nbtools import problems
+from lab_utils.nbtools import execute_quick, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
@@ -35,8 +34,7 @@ def test_conventions(path):
 def test_quick_mode_runs(path):
     EXECUTED.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    papermill.execute_notebook(str(path), str(EXECUTED / path.name), parameters={"QUICK": True},
-                               kernel_name="python3", cwd=str(path.parent), progress_bar=False)
+    execute_quick(path, EXECUTED / path.name)
     timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
     timings[path.stem] = round(time.perf_counter() - start, 1)
     TIMINGS.write_text(json.dumps(timings, indent=1, sort_keys=True))
