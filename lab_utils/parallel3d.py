@@ -169,7 +169,7 @@ def train_2d(ctx, variant: str = "torch", steps: int = 3, global_batch: int = 16
     losses, grads0, ledger = [], None, CommLedger()
     for i, batch in enumerate(token_batches(steps, global_batch, cfg.seq_len, cfg.vocab_size, 1)):
         x, y = shard_for_rank(batch, c["dp"], dp)  # (B/dp, T): the same on both tp ranks
-        ledger.records.clear()
+        ledger.clear()
         with ledger:
             opt.zero_grad(set_to_none=True)
             loss = lm_loss(model(x), y)
@@ -228,7 +228,7 @@ def train_3d(ctx, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GPTConf
         x, y = shard_for_rank(batch, c["dp"], dp)  # (m * b, T): this dp group's rows
         w = MeshStageWorker(pp_ranks, c["pp"], pp, stage, x.chunk(m), y.chunk(m),
                             (micro_batch, cfg.seq_len, cfg.d_model), tag=next(_TAGS))
-        ledger.records.clear()
+        ledger.clear()
         with ledger:
             opt.zero_grad(set_to_none=True)
             with ledger.phase("pipeline"):

@@ -20,11 +20,17 @@ all-gather output, the whole all-to-all send buffer, the tensor sent or received
 for reduce-scatter / all-gather, D for send, 0 for recv and barrier. ``duration_s`` runs from
 the call to completion of its Work (a callback on the Work's future), so async calls and
 DDP's overlapped buckets get their real span, not just the launch time.
+
+A record you can read is complete. The future's callback runs on the thread that completed
+the work, a moment AFTER ``work.wait()`` may already have returned to the caller, so the
+ledger never hands out a record whose callback is still pending: ``records`` (and every
+reader built on it) first waits for the pending callbacks of work that has finished.
 """
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
@@ -165,7 +171,7 @@ class _LedgerMode(TorchDispatchMode):
         rec = CommRecord(op, _sent(op, n, d), d, n, None, self.ledger._phase, peer, name,
                          time.perf_counter())
         out = func(*args, **kwargs)
-        self.ledger.records.append(rec)
+        self.ledger._records.append(rec)
         self._finish_when_done(rec, out)
         return out
 
@@ -178,9 +184,12 @@ class _LedgerMode(TorchDispatchMode):
             except RuntimeError:  # a Work type without a future: keep the call's own span
                 rec.duration_s = time.perf_counter() - rec.start_s
                 return
+            finished = threading.Event()
 
             def done(_: Any, rec: CommRecord = rec) -> None:
                 rec.duration_s = time.perf_counter() - rec.start_s
+                finished.set()
+            self.ledger._pending.append((rec, fut, finished))
             fut.add_done_callback(done)
         elif isinstance(out, torch.Tensor):  # functional: finished by wait_tensor
             self.pending[id(out)] = rec
@@ -198,9 +207,38 @@ class CommLedger:
     """
 
     def __init__(self) -> None:
-        self.records: list[CommRecord] = []
+        self._records: list[CommRecord] = []
+        # async work whose completion callback has not been seen yet: (record, future, event)
+        self._pending: list[tuple[CommRecord, Any, threading.Event]] = []
         self._phase: str | None = None
         self._mode: _LedgerMode | None = None
+
+    @property
+    def records(self) -> list[CommRecord]:
+        """Every record so far, each complete: pending async work is waited for first."""
+        self._settle()
+        return self._records
+
+    def clear(self) -> None:
+        """Forget the records so far (e.g. keep only the last training step)."""
+        self._settle()
+        self._records.clear()
+
+    def _settle(self) -> None:
+        """Wait until every recorded async call has finished AND its callback has run.
+
+        ``fut.wait()`` returns once the work is marked complete; the callback that stamps
+        ``duration_s`` runs just after, on gloo's thread. Waiting on its event closes that gap
+        (the race that once left ``duration_s = None`` in 2% of DDP's bucket records).
+        """
+        pending, self._pending = self._pending, []
+        for rec, fut, finished in pending:
+            try:
+                fut.wait()
+            except Exception:  # a failed collective: its span ends at the failure
+                pass
+            if not finished.wait(timeout=60.0):
+                raise RuntimeError(f"CommLedger: the completion callback of a {rec.op} never ran")
 
     def __enter__(self) -> "CommLedger":
         self._mode = _LedgerMode(self)
