@@ -51,10 +51,10 @@ bench: $(STAMP)
 
 # A static HTML copy of the executed course (quick mode), readable without running anything.
 site: $(STAMP)
-	$(PY) -m lab_utils.site
+	$(PY) -m lab_utils.tools.site
 
 strip: $(STAMP)
-	$(PY) -m lab_utils.nbtools strip labs/*.ipynb
+	$(PY) -m lab_utils.tools.nbtools strip labs/*.ipynb
 
 clean-venv:
 	rm -rf $(VENV)

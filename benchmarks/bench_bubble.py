@@ -1,6 +1,6 @@
 """Benchmark (lab 07): measured pipeline bubble vs (p-1)/(m+p-1) for GPipe and 1F1B.
 
-SIMULATED-COMPUTE mode (lab_utils.pp.SimCompute): every forward is padded to t_f and every
+SIMULATED-COMPUTE mode (lab_utils.parallel.pipeline_parallel.schedules.SimCompute): every forward is padded to t_f and every
 backward to t_b = 2 t_f with a sleep, so p = 4 ranks on a 2-core machine measure the SCHEDULE.
 One launch runs p = 4 with m in {4, 8, 16}, both schedules. Target: |measured - predicted| <= 0.05.
 What is left over is real: p2p latency and the OS waking a rank after its sleep (a loaded machine
@@ -16,7 +16,7 @@ import sys
 import time
 
 from lab_utils.calc.pipeline import bubble
-from lab_utils.pp import SimCompute, run_pipeline
+from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, run_pipeline
 
 TARGET = 0.05
 

@@ -25,8 +25,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lab_utils import run
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.ddp import BucketDDP, NaiveDDP
-from lab_utils.launch import oversubscription_note
+from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP
+from lab_utils.runtime.launch import oversubscription_note
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.reference import make_optimizer
 

@@ -4,7 +4,7 @@
 
 Reads build/executed/timings.json, written by tests/test_notebooks.py during `make test`
 (papermill, QUICK=True, one run per lab). Run `make test` first. Limits: lab 00 60 s,
-labs 01-07 90 s, labs 08-11 120 s. Exit status 1 if a lab is over its limit or missing.
+labs 01-07 90 s, labs 08-12 120 s. Exit status 1 if a lab is over its limit or missing.
 """
 import json
 import sys

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab_utils import run  # noqa: E402
-from lab_utils.launch import oversubscription_note  # noqa: E402
+from lab_utils.runtime.launch import oversubscription_note  # noqa: E402
 
 MINIMAL = """
 import datetime, gc, torch.distributed as dist

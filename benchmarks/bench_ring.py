@@ -22,8 +22,8 @@ import torch.distributed as dist
 
 from lab_utils import run
 from lab_utils.calc import MB, alg_bandwidth, bus_bandwidth
-from lab_utils.collectives import IMPLEMENTATIONS
-from lab_utils.launch import oversubscription_note
+from lab_utils.parallel.collectives import IMPLEMENTATIONS
+from lab_utils.runtime.launch import oversubscription_note
 
 GOAL = 0.5  # ring throughput / gloo throughput
 IMPLS = ("gloo", "ring")

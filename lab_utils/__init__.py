@@ -8,16 +8,16 @@ Main entry points:
     run(fn, world_size, *args, **kwargs)  launch fn on real ranks (lab 00)
     Ctx                                   what each rank's fn receives
 """
-from lab_utils.launch import RankFailure, RankTimeout, RunResults, run
+from lab_utils.runtime.launch import RankFailure, RankTimeout, RunResults, run
 
 __all__ = ["run", "Ctx", "RunResults", "RankFailure", "RankTimeout"]
 
 
 def __getattr__(name: str):
-    # Ctx lives with torch (lab_utils.context); loading it on first use keeps
+    # Ctx lives with torch (lab_utils.runtime.context); loading it on first use keeps
     # `python -m lab_utils cards` and `doctor --no-smoke` free of the torch import.
     if name == "Ctx":
-        from lab_utils.context import Ctx
+        from lab_utils.runtime.context import Ctx
 
         return Ctx
     raise AttributeError(f"module 'lab_utils' has no attribute {name!r}")

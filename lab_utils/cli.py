@@ -2,7 +2,7 @@
 
     python -m lab_utils doctor                                    pre-flight check
     python -m lab_utils cards --lab 05                            flashcards in the terminal
-    python -m lab_utils run lab_utils.examples:hello --nproc 4    run a function on 4 ranks here
+    python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
                                                                   prints torchrun and sbatch commands
@@ -50,7 +50,7 @@ def torchrun_cluster_command(target: str, nproc: int, nnodes: int, endpoint: str
                              timeout_s: float, job_id: str = "lab") -> list[str]:
     """The multi-node torchrun command: run the same line on every node."""
     return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}", "-m", "lab_utils._worker",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}", "-m", "lab_utils.runtime.worker",
             "--target", target, "--backend", backend, "--timeout", f"{timeout_s:g}"]
 
 
@@ -88,7 +88,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     if ns.nnodes != 1:
         raise UsageError("running here is single-node; add --print-command for the multi-node commands")
     fn = resolve_target(ns.target)
-    from lab_utils.launch import RankFailure, run
+    from lab_utils.runtime.launch import RankFailure, run
 
     try:
         results = run(fn, ns.nproc, backend=ns.backend, timeout_s=ns.timeout)
@@ -102,7 +102,7 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(ns: argparse.Namespace) -> int:
-    from lab_utils.doctor import doctor
+    from lab_utils.tools.doctor import doctor
 
     checks = doctor(smoke=not ns.no_smoke)
     return 1 if any(c.status == "FAIL" for c in checks) else 0

@@ -1,4 +1,4 @@
-"""3D planner: worked examples of the syllabus and config checking (labs 08, 11)."""
+"""3D planner: worked examples of the syllabus and config checking (labs 08, 12)."""
 import pytest
 
 from lab_utils.calc import (PRESETS, best_per_layout, check_config, dgx_a100, dgx_h100,

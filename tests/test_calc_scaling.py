@@ -1,4 +1,4 @@
-"""Amdahl, Gustafson, serial-fraction fit, MFU and hardware figures (labs 03, 09)."""
+"""Amdahl, Gustafson, serial-fraction fit, MFU and hardware figures (labs 03, 10)."""
 import pytest
 
 from lab_utils.calc import (DEVICES, LINKS, NARAYANAN_TABLE1, Cluster, amdahl_limit,

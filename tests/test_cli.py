@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 from lab_utils.cli import main, sbatch_script, torchrun_cluster_command
-from lab_utils.doctor import format_checks, run_checks
+from lab_utils.tools.doctor import format_checks, run_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,39 +15,39 @@ def cli(*args):
 
 
 def test_run_prints_each_rank_result():
-    res = cli("run", "lab_utils.examples:allreduce_demo", "--nproc", "2")
+    res = cli("run", "lab_utils.experiments.lab00:allreduce_demo", "--nproc", "2")
     assert res.returncode == 0, res.stderr
     assert "rank 1 returned: {'before': [1.0, 2.0, 3.0, 4.0], 'after': [1.0, 3.0, 5.0, 7.0]}" in res.stdout
 
 
 def test_bad_targets_exit_2_with_one_line(capsys):
     for target, expected in [("no_such_module:fn", "cannot import module 'no_such_module'"),
-                             ("lab_utils.examples:nope", "has no function 'nope'; it has: allreduce_demo"),
-                             ("lab_utils.examples", "must look like 'package.module:function'"),
-                             ("lab_utils.examples:LAUNCH_ENV", "is a tuple, not a function")]:
+                             ("lab_utils.experiments.lab00:nope", "has no function 'nope'; it has: allreduce_demo"),
+                             ("lab_utils.experiments.lab00", "must look like 'package.module:function'"),
+                             ("lab_utils.experiments.lab00:LAUNCH_ENV", "is a tuple, not a function")]:
         assert main(["run", target]) == 2
         err = capsys.readouterr().err
         assert expected in err and "Traceback" not in err
 
 
 def test_bad_nproc_exits_2():
-    assert cli("run", "lab_utils.examples:hello", "--nproc", "0").returncode == 2
-    res = cli("run", "lab_utils.examples:hello", "--nproc", "two")
+    assert cli("run", "lab_utils.experiments.lab00:hello", "--nproc", "0").returncode == 2
+    res = cli("run", "lab_utils.experiments.lab00:hello", "--nproc", "two")
     assert res.returncode == 2 and "invalid int value" in res.stderr
 
 
 def test_print_command_is_a_real_torchrun_command():
-    res = cli("run", "lab_utils.examples:hello", "--nproc", "8", "--nnodes", "2",
+    res = cli("run", "lab_utils.experiments.lab00:hello", "--nproc", "8", "--nnodes", "2",
               "--rdzv-endpoint", "node0:29500", "--print-command")
     assert res.returncode == 0
     assert ("torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 "
-            "--rdzv-id=lab -m lab_utils._worker --target lab_utils.examples:hello") in res.stdout
+            "--rdzv-id=lab -m lab_utils.runtime.worker --target lab_utils.experiments.lab00:hello") in res.stdout
     assert "#SBATCH --nodes=2" in res.stdout and "srun torchrun --nnodes=$SLURM_NNODES" in res.stdout
 
 
 def test_printed_command_runs_on_one_node():
     """The printed command is not just text: run it (one node, gloo) and read the ranks' results."""
-    cmd = torchrun_cluster_command("lab_utils.examples:allreduce_demo", 2, 1, "127.0.0.1:0", "gloo", 60)
+    cmd = torchrun_cluster_command("lab_utils.experiments.lab00:allreduce_demo", 2, 1, "127.0.0.1:0", "gloo", 60)
     cmd[0:1] = [sys.executable, "-m", "torch.distributed.run"]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))

@@ -1,4 +1,4 @@
-"""lab_utils.collectives on 4 real ranks (one launch): ring phases and parameter server vs
+"""lab_utils.parallel.collectives on 4 real ranks (one launch): ring phases and parameter server vs
 torch's collectives, and the bytes each rank sends vs the formulas, exactly."""
 import sys
 
@@ -13,7 +13,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _everything(ctx):
-    from lab_utils import collectives as C
+    from lab_utils.parallel import collectives as C
     from lab_utils.measure import CommLedger
 
     n, r = ctx.world_size, ctx.rank

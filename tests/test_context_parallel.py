@@ -1,4 +1,4 @@
-"""Ring attention (lab_utils.context_parallel) against full attention, at 2 and 4 ranks.
+"""Ring attention (lab_utils.parallel.context_parallel) against full attention, at 2 and 4 ranks.
 
 One launch of 4 ranks: two rings of 2 and one ring of 4, causal and not. Output and the
 gradients of q, k and v must match full attention on one rank; the bytes each rank sends must
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.context_parallel import check_ring, full_attention, kv_block_bytes, ring_bytes
+from lab_utils.parallel.context_parallel import check_ring, full_attention, kv_block_bytes, ring_bytes
 
 B, H, T, HD = 2, 2, 32, 8
 

@@ -1,4 +1,4 @@
-"""NaiveDDP and BucketDDP (lab_utils.ddp) against the single-process reference and torch DDP.
+"""NaiveDDP and BucketDDP (lab_utils.parallel.data_parallel) against the single-process reference and torch DDP.
 
 One launch per world size runs every check (each launch costs ~2 s on this machine): losses over
 several AdamW steps on a TinyGPT with TIED embeddings, gradients after one step, a ToyMLP with a
@@ -16,7 +16,7 @@ from torch.testing import assert_close
 
 from lab_utils import run
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
-from lab_utils.ddp import BucketDDP, NaiveDDP
+from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.reference import default_loss, forward_backward, make_optimizer, reference_run
 

@@ -1,10 +1,10 @@
-"""Quick-math drills (lab_utils/drills.py, lab 11): answers come from calc, checks accept the
+"""Quick-math drills (lab_utils/practice/drills.py, lab 12): answers come from calc, checks accept the
 right answer within tolerance and reject wrong ones with the explanation, seeds reproduce."""
 import pytest
 
 from lab_utils.calc import (DEVICES, GB, MB, amdahl_speedup, bubble, flops_per_token,
                             max_params_that_fit, model_state_memory, ring_bytes_per_rank)
-from lab_utils.drills import GENERATORS, Drill, DrillSession, drill_widget, make_drills
+from lab_utils.practice.drills import GENERATORS, Drill, DrillSession, drill_widget, make_drills
 
 SEEDS = range(40)
 

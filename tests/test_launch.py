@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
-from lab_utils.launch import oversubscription_note
+from lab_utils.runtime.launch import oversubscription_note
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,7 +21,7 @@ def worker_pids() -> list[int]:
     """PIDs of processes still running a lab_utils worker (there should be none between runs)."""
     out = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
     return [int(line.split()[0]) for line in out.splitlines()
-            if "lab_utils/_worker.py" in line and line.split()[1][0] != "Z"]
+            if "lab_utils/runtime/worker.py" in line and line.split()[1][0] != "Z"]
 
 
 def no_workers_left(within_s: float = 5.0) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_utils.nbtools import execute_quick, problems
+from lab_utils.tools.nbtools import execute_quick, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))

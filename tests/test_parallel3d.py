@@ -14,7 +14,7 @@ from lab_utils.calc.comm import (dp_bytes_per_rank, pp_bytes_per_microbatch,
                                  ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.data import token_batches
 from lab_utils.models import TinyGPT
-from lab_utils.parallel3d import CFG, LR, experiments_2d, reference_grads, train_3d
+from lab_utils.parallel.compose import CFG, LR, experiments_2d, reference_grads, train_3d
 from lab_utils.reference import reference_losses
 
 STEPS, B, M, MB = 3, 16, 4, 2  # global batch B = dp * M micro-batches * MB rows (3D)

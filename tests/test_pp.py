@@ -1,4 +1,4 @@
-"""Pipeline parallelism (lab_utils.pp, lab_utils.pp_schedules) against the single-process reference.
+"""Pipeline parallelism (lab_utils.parallel.pipeline_parallel.schedules, lab_utils.parallel.pipeline_parallel.torch_schedules) against the single-process reference.
 
 Launches (~2 s each on this machine) bundle several experiments: real-compute gradients at p=2 and
 p=4 (GPipe and 1F1B, balanced and uneven splits) with peak in-flight counts, simulated-compute
@@ -13,9 +13,9 @@ from lab_utils.calc.activations import in_flight_microbatches
 from lab_utils.calc.pipeline import bubble, schedule
 from lab_utils.exercises.onef1b_order import (_ideal_bubble, _validate, reference,
                                               wrong_no_warmup, wrong_warmup_by_stage)
-from lab_utils.launch import RankFailure
-from lab_utils.pp import SimCompute, gpipe, one_f_one_b, reference_grads, run_pipeline
-from lab_utils.pp_schedules import TORCH_SCHEDULES, replay
+from lab_utils.runtime.launch import RankFailure
+from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, gpipe, one_f_one_b, reference_grads, run_pipeline
+from lab_utils.parallel.pipeline_parallel.torch_schedules import TORCH_SCHEDULES, replay
 
 M = 6  # micro-batches in the gradient tests (> p, so 1F1B reaches its steady state)
 
@@ -100,7 +100,7 @@ def test_exercise_helpers_without_launch():
 
 
 def test_torch_schedules_match_reference():
-    from lab_utils.pp_schedules import TORCH_CONFIG, run_torch_pipeline
+    from lab_utils.parallel.pipeline_parallel.torch_schedules import TORCH_CONFIG, run_torch_pipeline
 
     # p = 2 ranks (4 stages with v = 2): every rank imports torch.distributed.pipelining (~6 s of
     # CPU each, dynamo and DTensor), so fewer ranks on 2 cores is a much shorter test.

@@ -1,4 +1,4 @@
-"""Lab 10 on real ranks: crash + exact resume, resharding 4 -> 2, a hang named, a NaN found.
+"""Lab 11 on real ranks: crash + exact resume, resharding 4 -> 2, a hang named, a NaN found.
 
 Launches: crash (4 ranks), checkpoint drill (4), reshard (2), hang (3), fault drills (4).
 """
@@ -8,7 +8,7 @@ import pytest
 
 from lab_utils import RankFailure, run
 from lab_utils.exercises.find_the_hang import expect_hang, hang_uneven
-from lab_utils.production import RunConfig, checkpoint_drill, fault_drills, reshard_load, train_run
+from lab_utils.experiments.lab11 import RunConfig, checkpoint_drill, fault_drills, reshard_load, train_run
 
 CFG = RunConfig(steps=6, ckpt_every=2)
 CRASH = (2, 4)          # rank 2 dies in step 4, just after the step-4 checkpoint was written

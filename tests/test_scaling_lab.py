@@ -1,4 +1,4 @@
-"""Lab 09's worker functions (lab_utils/scaling_lab.py): one 2-rank launch, plus in-process parts.
+"""Lab 10's worker functions (lab_utils/experiments/lab10.py): one 2-rank launch, plus in-process parts.
 
 Timings on a shared CPU are noisy, so the checks are about structure and about what physics
 guarantees: a sleep of t lasts at least t, strong scaling computes the same losses at every N,
@@ -12,7 +12,7 @@ import torch
 
 from lab_utils import run
 from lab_utils.calc import bubble, bubble_from_timeline, ring_bytes_per_rank
-from lab_utils.scaling_lab import (SCALING_CONFIG, SlowDataset, background_prefetch, comm_split,
+from lab_utils.experiments.lab10 import (SCALING_CONFIG, SlowDataset, background_prefetch, comm_split,
                                    loader_experiment, matmul_rates)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable in ranks
@@ -21,7 +21,7 @@ MODES = ("strong", "weak", "sim_strong", "sim_weak")
 
 
 def _both(ctx):
-    from lab_utils.scaling_lab import bottleneck_worker, scaling_worker
+    from lab_utils.experiments.lab10 import bottleneck_worker, scaling_worker
     return (scaling_worker(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2,
                            sim_row_s=SIM_ROW_S),
             bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4), t_f=0.01))

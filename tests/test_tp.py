@@ -1,4 +1,4 @@
-"""Tensor parallelism (lab_utils.tp, tp_comm) against the unsharded modules, on real gloo ranks.
+"""Tensor parallelism (lab_utils.parallel.tensor_parallel: layers, comm) against the unsharded modules, on real gloo ranks.
 
 Two launches: 4 ranks (tp=2 as two groups, and tp=4) for forward/gradient equivalence and the
 communication counts; 2 ranks for dropout RNG, parallelize_module (DTensor) and the simulated
@@ -17,10 +17,10 @@ from torch import nn
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils import tp as T
+from lab_utils.parallel.tensor_parallel import layers as T
 from lab_utils.calc.comm import collective_time, ring_bytes_per_rank, tp_layer_comm
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
-from lab_utils.tp_comm import simulated_link, vocab_parallel_cross_entropy
+from lab_utils.parallel.tensor_parallel.comm import simulated_link, vocab_parallel_cross_entropy
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this file
 
@@ -93,7 +93,7 @@ def check_block_part(group, part, sp):
     rx, tx = x.clone().requires_grad_(), x.clone().requires_grad_()
     ry = ref(rx)
     ry.square().sum().backward()
-    from lab_utils.tp_comm import gather_from_sequence, scatter_to_sequence
+    from lab_utils.parallel.tensor_parallel.comm import gather_from_sequence, scatter_to_sequence
     ty = tp_mod(scatter_to_sequence(tx, group) if sp else tx)
     ty = gather_from_sequence(ty, group, reduce_grad=False) if sp else ty
     ty.square().sum().backward()

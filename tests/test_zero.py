@@ -1,4 +1,4 @@
-"""ZeRO stages 0-3 (lab_utils.zero) against the single-process reference, torch's fully_shard
+"""ZeRO stages 0-3 (lab_utils.parallel.zero) against the single-process reference, torch's fully_shard
 (FSDP2), the memory calculator and the communication calculator.
 
 One launch per world size (2 and 4) runs every experiment: TinyGPT with AdamW and SGD at every
@@ -19,7 +19,7 @@ from lab_utils.data import regression_batches, shard_for_rank, token_batches
 from lab_utils.measure import CommLedger, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
 from lab_utils.reference import default_loss, make_optimizer, reference_run
-from lab_utils.zero import ZeroOptimizer
+from lab_utils.parallel.zero import ZeroOptimizer
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -10,10 +10,10 @@ show it). Each docstring gives the formula, its source and the lab that introduc
     activations  activation_bytes_per_layer, activation_memory    (labs 01, 02, 06, 07)
     comm         ring_bytes_per_rank, collective_time, busbw      (labs 03-08)
     pipeline     bubble, schedule (ideal timelines)               (lab 07)
-    timeline     bubble_from_timeline (measured or simulated)     (labs 07, 09)
-    scaling      amdahl_speedup, fit_serial_fraction, mfu         (lab 09)
-    hardware     DEVICES, LINKS, Cluster                          (labs 03, 08, 09)
-    planner      plan, check_config                               (labs 08, 11)
+    timeline     bubble_from_timeline (measured or simulated)     (labs 07, 10)
+    scaling      amdahl_speedup, fit_serial_fraction, mfu         (lab 10)
+    hardware     DEVICES, LINKS, Cluster                          (labs 03, 08, 10)
+    planner      plan, check_config                               (labs 08, 12)
 """
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, in_flight_microbatches)

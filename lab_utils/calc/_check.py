@@ -54,7 +54,7 @@ def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     """Ordinary least squares y = intercept + slope * x, closed form: (intercept, slope, r2).
 
     Shared by fit_alpha_beta (t = alpha + beta * D, lab 03) and fit_serial_fraction
-    (T = a + b / N, lab 09). Callers validate first: equal lengths, two distinct xs.
+    (T = a + b / N, lab 10). Callers validate first: equal lengths, two distinct xs.
     """
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n

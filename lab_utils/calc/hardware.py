@@ -1,4 +1,4 @@
-"""Device peaks, interconnect speeds and the ``Cluster`` the planner works on (labs 03, 08, 09).
+"""Device peaks, interconnect speeds and the ``Cluster`` the planner works on (labs 03, 08, 10).
 
 Figures are vendor datasheet values. FLOP/s are DENSE 16-bit tensor-core peaks (datasheets
 often print the 2:4-sparsity figure, twice as large: do not use it for MFU). Link speeds are
@@ -99,7 +99,7 @@ class Cluster:
 
 def dgx_a100(n_nodes: int) -> Cluster:
     """DGX A100 80GB nodes: 8 GPUs, NVLink3, one HDR 200 Gb/s NIC per GPU (NVIDIA DGX A100
-    datasheet). The cluster of Narayanan et al. 2021; labs 08, 11."""
+    datasheet). The cluster of Narayanan et al. 2021; labs 08, 12."""
     d = DEVICES["A100-SXM4-80GB"]
     return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink3"].bytes_per_s,
                    LINKS["IB-HDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX A100")
@@ -107,7 +107,7 @@ def dgx_a100(n_nodes: int) -> Cluster:
 
 def dgx_h100(n_nodes: int) -> Cluster:
     """DGX H100 nodes: 8 GPUs, NVLink4, one NDR 400 Gb/s NIC per GPU (NVIDIA DGX H100
-    datasheet). Labs 08, 11."""
+    datasheet). Labs 08, 12."""
     d = DEVICES["H100-SXM5-80GB"]
     return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink4"].bytes_per_s,
                    LINKS["IB-NDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX H100")

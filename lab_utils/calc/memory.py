@@ -1,4 +1,4 @@
-"""Model-state memory: weights, gradients, optimizer state (labs 01, 02, 05, 08, 11).
+"""Model-state memory: weights, gradients, optimizer state (labs 01, 02, 05, 08, 12).
 
 Model state is FIXED per parameter (it does not depend on the batch); activations are the
 variable part (see ``activations.py``). A ``Recipe`` says how many bytes each parameter costs
@@ -149,7 +149,7 @@ def max_params_that_fit(gpu_mem_bytes: float, recipe_name: str | Recipe = "mixed
     """Largest parameter count whose model state fits in ``gpu_mem_bytes - reserved_bytes``.
 
     Model state is linear in n_params, so this is budget / (bytes per parameter on one rank).
-    Ignores activations (put them in ``reserved_bytes``). Lab 05 (what ZeRO buys), lab 11.
+    Ignores activations (put them in ``reserved_bytes``). Lab 05 (what ZeRO buys), lab 12.
     """
     budget = nonneg_num("gpu_mem_bytes", gpu_mem_bytes) - nonneg_num("reserved_bytes",
                                                                       reserved_bytes)

@@ -1,4 +1,4 @@
-"""A 3D-parallelism planner: enumerate DP x TP x PP layouts and rank them (labs 08, 11).
+"""A 3D-parallelism planner: enumerate DP x TP x PP layouts and rank them (labs 08, 12).
 
 The estimates are first-order and deliberately simple (every term is a formula from the
 other calculators), so a learner can check any number by hand:
@@ -112,7 +112,7 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
     2(n-1)/n (ZeRO-0/1/2) or 3(n-1)/n (ZeRO-3) of the 16-bit params per micro-batch group
     (ZeRO Sec. 7), and ZeRO-2/3 repeat their reduce-scatter (and ZeRO-3 its all-gathers)
     for every micro-batch because sharded gradients cannot be accumulated locally.
-    Lab 08 (planner), lab 11 (grading a proposed config with ``check_config``).
+    Lab 08 (planner), lab 12 (grading a proposed config with ``check_config``).
     """
     for name, val in (("global_batch", global_batch), ("seq_len", seq_len), ("dp", dp),
                       ("tp", tp), ("pp", pp), ("micro_batch", micro_batch)):
@@ -285,7 +285,7 @@ def check_config(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len:
                  dp: int, tp: int, pp: int, zero_stage: int = 1, micro_batch: int = 1,
                  recompute: str = "selective", **kwargs: object) -> Plan:
     """Evaluate ONE proposed config and explain its problems (``.explain()``), e.g. to grade
-    a learner's answer in lab 11. Same model as ``evaluate``; never raises for an infeasible
+    a learner's answer in lab 12. Same model as ``evaluate``; never raises for an infeasible
     layout, only for malformed inputs (negative sizes, unknown options)."""
     return evaluate(cfg, cluster, global_batch, seq_len, dp, tp, pp, zero_stage, micro_batch,
                     recompute, **kwargs)  # type: ignore[arg-type]

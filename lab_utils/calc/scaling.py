@@ -1,4 +1,4 @@
-"""Scaling laws of parallel speedup and model FLOPs utilisation (labs 09, 11).
+"""Scaling laws of parallel speedup and model FLOPs utilisation (labs 10, 12).
 
 Amdahl (fixed problem, strong scaling) vs Gustafson (problem grows with N, weak scaling);
 a least-squares fit of the serial fraction from a measured scaling curve; MFU.
@@ -13,13 +13,13 @@ from lab_utils.calc._check import fraction, line_fit, nonneg_int, nonneg_num, po
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
     """S(N) = 1 / (s + (1 - s)/N) (Amdahl 1967). As N -> inf, S -> 1/s: 5% serial caps the
-    speedup at 20x however many devices you add. Strong scaling, lab 09."""
+    speedup at 20x however many devices you add. Strong scaling, lab 10."""
     s, n = fraction("serial_fraction", serial_fraction), pos_int("n", n)
     return 1 / (s + (1 - s) / n)
 
 
 def amdahl_limit(serial_fraction: float) -> float:
-    """lim_{N->inf} Amdahl speedup = 1/s (Amdahl 1967). Lab 09."""
+    """lim_{N->inf} Amdahl speedup = 1/s (Amdahl 1967). Lab 10."""
     s = fraction("serial_fraction", serial_fraction)
     if s == 0:
         return float("inf")
@@ -29,7 +29,7 @@ def amdahl_limit(serial_fraction: float) -> float:
 def gustafson_speedup(serial_fraction: float, n: int) -> float:
     """Scaled speedup S(N) = N - s (N - 1) (Gustafson 1988, "Reevaluating Amdahl's Law"):
     the parallel part grows with N (weak scaling: bigger global batch), so speedup stays
-    near-linear. Here s is the serial fraction measured ON the N-device run. Lab 09."""
+    near-linear. Here s is the serial fraction measured ON the N-device run. Lab 10."""
     s, n = fraction("serial_fraction", serial_fraction), pos_int("n", n)
     return n - s * (n - 1)
 
@@ -56,7 +56,7 @@ def fit_serial_fraction(ns: Sequence[int], times: Sequence[float]) -> SerialFit:
     T(N) = a + b / N is linear in x = 1/N, so ordinary least squares gives a (serial time)
     and b (parallel time); then t1 = a + b and s = a / (a + b) (Amdahl 1967). A negative s
     means the runs were super-linear or noisy; it is returned as fitted, not clipped.
-    Lab 09 fits it to a measured scaling curve.
+    Lab 10 fits it to a measured scaling curve.
     """
     xs_n, ys = list(ns), list(times)
     if len(xs_n) != len(ys):
@@ -86,7 +86,7 @@ def flops_per_token(n_params: float, n_layers: int = 0, seq_len: int = 0,
     6N = 2N forward + 4N backward FLOPs, one multiply-add (2 FLOPs) per parameter per pass
     (Kaplan et al. 2020, Sec. 2.1, C = 6N). The attention term 12 L s h (QK^T and AV, not
     counted in N) follows Chowdhery et al. 2022 (PaLM), Appendix B.
-    Excludes recomputation: MFU counts model FLOPs only. Lab 09.
+    Excludes recomputation: MFU counts model FLOPs only. Lab 10.
     """
     nonneg_num("n_params", n_params)
     for name, value in (("n_layers", n_layers), ("seq_len", seq_len), ("hidden", hidden)):
@@ -99,7 +99,7 @@ def mfu(n_params: float, tokens_per_s: float, n_devices: int, peak_flops: float,
     """Model FLOPs utilisation = flops_per_token * tokens/s / (n_devices * peak FLOP/s).
 
     With the default (no attention term) this is 6 P T / (n peak) (Chowdhery et al. 2022,
-    PaLM, Appendix B). Use dense (non-sparse) bf16 peaks from ``hardware.DEVICES``. Lab 09.
+    PaLM, Appendix B). Use dense (non-sparse) bf16 peaks from ``hardware.DEVICES``. Lab 10.
     """
     num = flops_per_token(n_params, n_layers, seq_len, hidden) * nonneg_num("tokens_per_s",
                                                                            tokens_per_s)
@@ -110,7 +110,7 @@ def megatron_flops_per_step(batch: int, seq_len: int, n_layers: int, hidden: int
                             vocab_size: int) -> float:
     """F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)): FLOPs of one training iteration WITH full
     activation recomputation (an extra forward, hence 96 = 4 passes x 24).
-    Narayanan et al. 2021: the FLOP count behind their Table 1 throughput. Lab 09."""
+    Narayanan et al. 2021: the FLOP count behind their Table 1 throughput. Lab 10."""
     b, s = pos_int("batch", batch), pos_int("seq_len", seq_len)
     l, h, v = pos_int("n_layers", n_layers), pos_int("hidden", hidden), pos_int("vocab_size",
                                                                                vocab_size)

@@ -1,4 +1,4 @@
-"""Bubble measured from a per-rank timeline, simulated or recorded (lab 07, lab 09).
+"""Bubble measured from a per-rank timeline, simulated or recorded (lab 07, lab 10).
 
 A timeline is a list of events with ``rank``, ``start`` and ``end`` (dicts or objects, e.g.
 ``pipeline.Event``). The idle fraction of a rank is what the pipeline bubble looks like in a

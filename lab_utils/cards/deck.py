@@ -3,7 +3,7 @@
 One file per lab (``deck/05_zero_fsdp.yaml``) holds ``cards:``, a list of mappings:
 
     - id: zero1-memory               # stable, unique across the deck (progress is keyed by it)
-      lab: "05"                      # "00".."11" (quote it: YAML reads 05 as a number)
+      lab: "05"                      # "00".."12" (quote it: YAML reads 05 as a number)
       topics: [zero, memory]         # tags for filtering; misconception cards carry a myth-* tag
       front: What does ZeRO-1 keep per rank?
       back: 4N + 12N/K bytes ... {value} for 7.5B on 64 ranks.
@@ -32,8 +32,8 @@ LAB_TITLES: dict[str, str] = {
     "00": "Setup and first launch", "01": "What training holds in memory",
     "02": "Single-device baselines", "03": "Collectives", "04": "Data parallelism",
     "05": "ZeRO and FSDP", "06": "Tensor parallelism", "07": "Pipeline parallelism",
-    "08": "3D / 4D parallelism", "09": "Scaling and bottlenecks", "10": "Production",
-    "11": "System design and interview practice",
+    "08": "3D / 4D parallelism",
+    "10": "Scaling and bottlenecks", "11": "Production", "12": "System design and interview practice",
 }
 
 # The syllabus list of facts that interview-prep material often gets wrong: tag -> the correct

@@ -234,7 +234,7 @@ def _combine(name: str, per_rank: list[dict]) -> CheckResult:
 
 
 def _from_failure(name: str, exc: Exception) -> CheckResult:
-    from lab_utils.launch import RankTimeout
+    from lab_utils.runtime.launch import RankTimeout
 
     # A rank whose receive or collective timed out raises a RankFailure of its own; either
     # way the cause is ranks waiting for each other.
@@ -255,7 +255,7 @@ def _report(result: CheckResult, ex: Exercise) -> CheckResult:
 
 def _run_one(name: str, fn: Callable, world_size: int | None, quiet: bool) -> CheckResult:
     """One exercise, one launch; a failed launch becomes a failed CheckResult."""
-    from lab_utils.launch import RankFailure, run
+    from lab_utils.runtime.launch import RankFailure, run
 
     ex = get(name)
     try:
@@ -284,7 +284,7 @@ def check_many(items: list[tuple[str, Callable]], quiet: bool = True,
     If a launch fails (some fn raised or deadlocked), its items are re-run one by one so
     each gets its own verdict. ``verbose`` prints each verdict.
     """
-    from lab_utils.launch import RankFailure, run
+    from lab_utils.runtime.launch import RankFailure, run
 
     results: list[CheckResult | None] = [None] * len(items)
     by_size: dict[int, list[int]] = {}

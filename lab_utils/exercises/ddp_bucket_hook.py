@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import regression_batches, shard_for_rank
-from lab_utils.ddp import Bucket, BucketDDP, grad_ready as reference
+from lab_utils.parallel.data_parallel import Bucket, BucketDDP, grad_ready as reference
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
 from lab_utils.models import ToyMLP
 from lab_utils.reference import default_loss, forward_backward
@@ -133,7 +133,7 @@ def wrong_one_all_reduce_per_grad(bucket, param):
 register(Exercise(
     name="ddp_bucket_hook", lab="04_data_parallel",
     summary="the gradient-ready hook of bucketed DDP: flatten into the bucket, launch when full",
-    signature="fn(bucket: lab_utils.ddp.Bucket, param: nn.Parameter) -> None; sets bucket.work",
+    signature="fn(bucket: lab_utils.parallel.data_parallel.Bucket, param: nn.Parameter) -> None; sets bucket.work",
     check=check, reference=reference,
     wrong={"forgets to divide by world size": wrong_no_divide,
            "launches before the bucket is complete": wrong_launch_on_first_grad,

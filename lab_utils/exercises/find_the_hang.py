@@ -1,4 +1,4 @@
-"""Hang drills and the exercise "find_the_hang" (lab 10).
+"""Hang drills and the exercise "find_the_hang" (lab 11).
 
 Two classic hangs, each a worker for lab_utils.run:
   * hang_mismatched: a collective inside `if rank == 0:` (rank 0 averages the validation loss
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from lab_utils.data import regression_batches, shard_for_rank
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
 from lab_utils.models import ToyMLP
-from lab_utils.production import dp_step, param_checksum
+from lab_utils.experiments.lab11 import dp_step, param_checksum
 
 
 def hang_mismatched(ctx, steps: int = 3, fixed: bool = False) -> float:
@@ -70,7 +70,7 @@ def expect_hang(fn, world_size: int, deadline_s: float, *args, **kwargs):
     """Run a drill that must hang; return its RankTimeout. The process-group timeout is set far
     beyond the deadline, so the launcher's deadline ends the run and reports each stuck rank's
     stack. On a machine so loaded that no rank finished by the deadline, retry once at 2x."""
-    from lab_utils.launch import RankTimeout, run
+    from lab_utils.runtime.launch import RankTimeout, run
 
     for deadline in (deadline_s, 2 * deadline_s):
         try:
@@ -134,7 +134,7 @@ def check(ctx, fn) -> Verdict:
 
 
 register(Exercise(
-    name="find_the_hang", lab="10_production",
+    name="find_the_hang", lab="11_production",
     summary="data-parallel training on uneven per-rank batch lists, without a hang",
     signature="fn(model, batches: list[(x, y)], group) -> int (steps taken)",
     check=check, reference=train_even_steps,
@@ -142,5 +142,5 @@ register(Exercise(
            "gradients summed, not averaged": wrong_summed_grads},
     world_size=4, timeout_s=30.0,
     hint="agree on the number of steps with one collective BEFORE the loop; every rank must "
-         "call the same all-reduces, and lab_utils.production.dp_step averages them for you",
+         "call the same all-reduces, and lab_utils.experiments.lab11.dp_step averages them for you",
     solution_helpers=(dp_step,)))

@@ -2,7 +2,7 @@
 
 The learner writes ``fn(stage, p, m) -> ["F0", "F1", "B0", "F2", "B1", ...]``. The check cuts
 the tiny GPT into p = 4 stages (one per rank) and lets those orders DRIVE a real pipeline
-(``lab_utils.pp.from_order``: send/recv between neighbours, simulated compute t_f = 10 ms,
+(``lab_utils.parallel.pipeline_parallel.schedules.from_order``: send/recv between neighbours, simulated compute t_f = 10 ms,
 t_b = 20 ms). Then, in this order, it asks:
   1. is each list a schedule at all (every F_i and B_i once, B_i after F_i)?
   2. did the run finish? A wrong order deadlocks: each stage reports what it waited for;
@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
-from lab_utils.pp import PipelineStuck, SimCompute, pipeline_step, reference_grads
-from lab_utils.pp_schedules import replay
+from lab_utils.parallel.pipeline_parallel.schedules import PipelineStuck, SimCompute, pipeline_step, reference_grads
+from lab_utils.parallel.pipeline_parallel.torch_schedules import replay
 
 M, T_F, STUCK_AFTER_S = 8, 0.01, 3.0
 

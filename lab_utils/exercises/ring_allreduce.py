@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.collectives import (_chunks, _exchange, _ring, ring_all_gather, ring_all_reduce,
+from lab_utils.parallel.collectives import (_chunks, _exchange, _ring, ring_all_gather, ring_all_reduce,
                                   ring_reduce_scatter)
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
 from lab_utils.measure import CommLedger

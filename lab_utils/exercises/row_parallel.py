@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
-from lab_utils.tp_comm import _all_reduce, _ReduceFromTP
+from lab_utils.parallel.tensor_parallel.comm import _all_reduce, _ReduceFromTP
 
 
 def reference(x_local, weight_local, bias, group):

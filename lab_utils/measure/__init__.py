@@ -1,4 +1,4 @@
-"""Measurement inside a rank: memory ledger, communication ledger, timeline (labs 01-09).
+"""Measurement inside a rank: memory ledger, communication ledger, timeline (labs 01-10).
 
     from lab_utils.measure import CommLedger, model_state_bytes, SavedActivations, \
         peak_memory_bytes, Timeline

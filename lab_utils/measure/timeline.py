@@ -1,4 +1,4 @@
-"""Per-rank timeline of named spans, gathered to rank 0 on a common clock (labs 04, 07, 09).
+"""Per-rank timeline of named spans, gathered to rank 0 on a common clock (labs 04, 07, 10).
 
     tl = Timeline(ctx)
     with tl.span("forward", mb=0, stage=ctx.rank):

@@ -8,8 +8,8 @@ Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.s
     memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05, 08)
     bubble_explorer()      BubbleExplorer       pipeline schedule + bubble          (lab 07)
     collective_explorer()  CollectiveExplorer   bytes, alpha-beta time, busbw       (lab 03)
-    amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 09)
-    planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 11)
+    amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 10)
+    planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 12)
 
 Each explorer has pure ``validate(values)``, ``figure_spec(state)`` and ``summary_html(state)``
 functions (testable without a browser); bad input shows ``.error_message`` in the widget.

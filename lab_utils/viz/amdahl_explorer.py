@@ -1,4 +1,4 @@
-"""Amdahl explorer: speedup vs devices for a serial fraction s, with the 1/s ceiling (lab 09).
+"""Amdahl explorer: speedup vs devices for a serial fraction s, with the 1/s ceiling (lab 10).
 
 A thin view over ``calc.amdahl_speedup`` (strong scaling, Amdahl 1967), ``calc.amdahl_limit``
 and ``calc.gustafson_speedup`` (weak scaling, Gustafson 1988).
@@ -112,5 +112,5 @@ class AmdahlExplorer(Explorer):
 
 
 def amdahl_explorer(**initial: Any) -> AmdahlExplorer:
-    """A ready-to-display Amdahl explorer (lab 09)."""
+    """A ready-to-display Amdahl explorer (lab 10)."""
     return AmdahlExplorer(**initial)

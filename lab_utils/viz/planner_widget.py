@@ -1,4 +1,4 @@
-"""3D planner widget: rank DP x TP x PP layouts for a model on a cluster (labs 08, 11).
+"""3D planner widget: rank DP x TP x PP layouts for a model on a cluster (labs 08, 12).
 
 A thin view over ``calc.plan`` / ``calc.best_per_layout``: every number in the table and the
 chart is a field of a ``calc.Plan`` (memory per GPU of the fullest stage, step-time parts,
@@ -203,5 +203,5 @@ class PlannerWidget(Explorer):
 
 
 def planner_widget(**initial: Any) -> PlannerWidget:
-    """A ready-to-display 3D planner (labs 08, 11)."""
+    """A ready-to-display 3D planner (labs 08, 12)."""
     return PlannerWidget(**initial)

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_utils.tp_comm import _all_gather
+from lab_utils.parallel.tensor_parallel.comm import _all_gather
 
 
 class TPRandom:

@@ -76,7 +76,7 @@ class RankTimeout(RankFailure):
 
 
 def request_stacks(out_dir: str, world_size: int) -> None:
-    """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see _worker)."""
+    """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see worker.py)."""
     asked = False
     for rank in range(world_size):
         mark = os.path.join(out_dir, f"forked{rank}")
@@ -101,7 +101,7 @@ def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
                 text = f.read().strip()
             # keep the learner's frames: everything above the worker's own run_rank frame
             lines = text.splitlines()
-            cut = next((i for i, line in enumerate(lines) if "_worker.py" in line and "run_rank" in line),
+            cut = next((i for i, line in enumerate(lines) if "runtime/worker.py" in line and "run_rank" in line),
                        len(lines))
             if cut > 1:
                 stacks[rank] = "\n".join(lines[:cut])

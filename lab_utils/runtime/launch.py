@@ -8,7 +8,7 @@ defined in a notebook cell travels by value), then ``torchrun --standalone`` - t
 launcher used on clusters - starts the ranks. Locally the ranks are forked from
 torchrun's agent (``--run-path --start-method fork``), which has already imported
 torch, so N ranks start about as fast as one ``import torch``. Each rank runs
-``lab_utils/_worker.py``, which writes its return value or traceback to a temporary
+``lab_utils/runtime/worker.py``, which writes its return value or traceback to a temporary
 folder.
 
 Failure handling, the part a notebook needs most:
@@ -36,11 +36,11 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from lab_utils.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
+from lab_utils.runtime.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
                                 fmt_ranks, read_records, read_stacks, request_stacks)
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
 TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
 _LIVE: set[subprocess.Popen] = set()  # torchrun processes still running, for atexit
@@ -112,7 +112,7 @@ def _pickle_payload(fn: Callable, args: tuple, kwargs: dict, options: dict) -> b
 
 
 def _resolve_backend(backend: str, world_size: int) -> str:
-    from lab_utils.context import resolve_backend  # deferred: it imports torch
+    from lab_utils.runtime.context import resolve_backend  # deferred: it imports torch
 
     return resolve_backend(backend, world_size)  # one node: local world size = world size
 
@@ -126,7 +126,7 @@ def torchrun_command(world_size: int, payload_path: str, out_dir: str) -> list[s
     the rank waits on that lock forever (seen here about once in 20 launches).
     """
     return [
-        sys.executable, "-m", "lab_utils._agent",  # torchrun, after importing LAB_UTILS_PRELOAD
+        sys.executable, "-m", "lab_utils.runtime.agent",  # torchrun, after importing LAB_UTILS_PRELOAD
         "--nnodes", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "127.0.0.1:0",  # port 0: a free port, so two runs never collide
         "--rdzv-id", uuid.uuid4().hex,

@@ -256,7 +256,7 @@ def merge(per_rank: Sequence[dict], **meta: Any) -> dict:
 
 def run_pipeline(experiments: list[dict], world_size: int, **run_kwargs: Any) -> list[dict]:
     """Launch ``pp_worker`` on world_size ranks; one merged result per experiment."""
-    from lab_utils.launch import oversubscription_note, run
+    from lab_utils.runtime.launch import oversubscription_note, run
 
     note = oversubscription_note(world_size, "gloo")
     if note and any(e.get("sim") is None for e in experiments):

@@ -1,7 +1,7 @@
 """Small worker functions used by lab 00, the doctor and the CLI examples (lab 00).
 
 They live in the library, not in a notebook, so that `python -m lab_utils run
-lab_utils.examples:hello --nproc 4` and a cluster's torchrun can import them.
+lab_utils.experiments.lab00:hello --nproc 4` and a cluster's torchrun can import them.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from lab_utils.context import Ctx
+from lab_utils.runtime.context import Ctx
 
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 

@@ -7,7 +7,7 @@ Two ways in, one code path:
   ``(fn, args, kwargs, options)`` pickled with cloudpickle, so ``fn`` may be defined
   in a notebook cell. The return value (or the traceback) is written to
   ``out_dir/rank<k>.ok`` (or ``.err``) for the launcher to collect.
-* On a cluster: ``torchrun ... -m lab_utils._worker --target pkg.module:function``
+* On a cluster: ``torchrun ... -m lab_utils.runtime.worker --target pkg.module:function``
   (what ``python -m lab_utils run ... --print-command`` prints). Results are printed.
 
 Each rank's stdout/stderr lines get a ``[rank k]`` prefix so the launcher (and a
@@ -35,7 +35,7 @@ if _root and _root not in sys.path:
 
 import cloudpickle  # noqa: E402
 
-from lab_utils.context import distributed  # noqa: E402
+from lab_utils.runtime.context import distributed  # noqa: E402
 
 PREFIX_FMT = "[rank {rank}] "
 
@@ -196,7 +196,7 @@ def _launcher_main(payload_path: str, out_dir: str) -> int:
 
 
 def _cluster_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab_utils._worker")
+    parser = argparse.ArgumentParser(prog="python -m lab_utils.runtime.worker")
     parser.add_argument("--target", required=True, help="pkg.module:function")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, s")

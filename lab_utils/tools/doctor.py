@@ -49,7 +49,7 @@ def check_torch() -> Check:
 
 
 def check_cores() -> Check:
-    from lab_utils.launch import cpu_cores
+    from lab_utils.runtime.launch import cpu_cores
 
     cores = cpu_cores()
     if cores < 4:
@@ -91,15 +91,15 @@ def check_widgets() -> Check:
 
 def check_smoke(world_size: int = 2) -> Check:
     """A real 2-rank launch and all-reduce: the whole path a lab uses."""
-    from lab_utils.examples import allreduce_timing
-    from lab_utils.launch import RankFailure, run
+    from lab_utils.experiments.lab00 import allreduce_timing
+    from lab_utils.runtime.launch import RankFailure, run
 
     start = time.perf_counter()
     try:
         per_rank = run(allreduce_timing, world_size, numel=1 << 18, quiet=True, timeout_s=60)
     except (RankFailure, OSError) as exc:
         return Check("2-rank all-reduce", "FAIL", str(exc).splitlines()[0],
-                     "see the traceback with `python -m lab_utils run lab_utils.examples:hello --nproc 2`; "
+                     "see the traceback with `python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 2`; "
                      "a firewall blocking 127.0.0.1 ports or a full /tmp are the usual causes")
     launch = time.perf_counter() - start
     return Check("2-rank all-reduce", "OK", f"launch + run {launch:.1f} s; one all_reduce of 1 MiB "

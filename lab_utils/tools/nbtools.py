@@ -1,7 +1,7 @@
 """Notebook housekeeping: strip outputs for git, check structure (CONTRIBUTING.md).
 
-    python -m lab_utils.nbtools strip labs/*.ipynb     # remove outputs (keeps checked cells)
-    python -m lab_utils.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if not
+    python -m lab_utils.tools.nbtools strip labs/*.ipynb     # remove outputs (keeps checked cells)
+    python -m lab_utils.tools.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if not
 
 A cell whose source contains ``# NBVAL_CHECK_OUTPUT`` keeps its output: nbval compares it.
 """

@@ -1,12 +1,12 @@
 """The same pipeline through torch.distributed.pipelining: GPipe, 1F1B, interleaved 1F1B and
-zero-bubble schedules (lab 07, after the from-scratch versions in ``lab_utils.pp``).
+zero-bubble schedules (lab 07, after the from-scratch versions in ``lab_utils.parallel.pipeline_parallel.schedules``).
 
 Rank r holds v stages (model chunks) of the tiny GPT, cut by ``models.split_stages`` into p*v
 stages: "loop" placement r, r+p, ... for ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble
 (Narayanan et al. 2021 Sec. 2.2.2; Qi et al. 2023), "V" placement r and 2p-1-r for
 ScheduleZBVZeroBubble (Qi et al. 2023 Sec. 6).
 
-Communication: torch's PipelineStage sends the same p2p messages as lab_utils.pp, activation
+Communication: torch's PipelineStage sends the same p2p messages as lab_utils.parallel.pipeline_parallel.schedules, activation
 forward and activation-gradient backward, (b, T, C) fp32 = 4bTC bytes each, but per STAGE
 boundary: with v chunks a micro-batch crosses p*v - 1 boundaries instead of p - 1, so the p2p
 traffic per step is v times that of 1F1B (the price of the v-times-smaller bubble).
@@ -31,7 +31,7 @@ from torch import nn
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.measure import Timeline
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.pp import SimCompute, make_batch
+from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, make_batch
 
 TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 # name -> (class in torch.distributed.pipelining, chunks per rank v, placement, backward split
@@ -202,7 +202,7 @@ def run_torch_pipeline(experiments: list[dict], world_size: int, **run_kwargs: A
     """Launch; per experiment: events (all ranks, t=0 at the first op), bubble, mean loss, grads,
     and ``replayed``: the same per-rank order re-timed by ``replay`` (simulated-compute times,
     else t_f = 1, t_b = 2)."""
-    from lab_utils.launch import run
+    from lab_utils.runtime.launch import run
 
     # torch.distributed.pipelining costs ~6 s of CPU to import: once in the agent, not per rank
     res = run(torch_worker, world_size, experiments,

@@ -7,7 +7,7 @@ below take an axis, never a global, and never edit model code (torchtitan's para
                              apply_tp(model, mesh["tp"])       # parallelize_module
                              apply_fsdp(model, mesh["dp"])     # fully_shard (FSDP2)
     3D, from scratch:        stage = apply_pp(model, topo, rank)       # this rank's stage
-                             apply_tp_ours(stage, mesh.get_group("tp"))  # lab_utils.tp blocks
+                             apply_tp_ours(stage, mesh.get_group("tp"))  # lab_utils.parallel.tensor_parallel.layers blocks
                              1F1B with p2p on the pp axis (MeshStageWorker), then
                              sync_dp_grads(stage, mesh.get_group("dp"))
 
@@ -35,10 +35,10 @@ from torch import nn
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.measure import CommLedger
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.pp import StageWorker, one_f_one_b
+from lab_utils.parallel.pipeline_parallel.schedules import StageWorker, one_f_one_b
 from lab_utils.reference import make_optimizer
 from lab_utils.topology import Topology
-from lab_utils import tp as T
+from lab_utils.parallel.tensor_parallel import layers as T
 
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=4, n_head=4, d_model=32)
 LR = 1e-2
@@ -77,7 +77,7 @@ def apply_pp(model: TinyGPT, topo: Topology, rank: int) -> nn.Module:
 
 
 def apply_tp_ours(module: nn.Module, tp_group) -> nn.Module:
-    """Our Megatron blocks (lab_utils.tp) on every block of a model or stage, in place."""
+    """Our Megatron blocks (lab_utils.parallel.tensor_parallel.layers) on every block of a model or stage, in place."""
     for block in module.blocks:
         block.attn = T.TPAttention(block.attn, tp_group)
         block.mlp = T.TPMLP(block.mlp, tp_group)
@@ -97,7 +97,7 @@ def sync_dp_grads(module: nn.Module, dp_group) -> int:
 
 
 class MeshStageWorker(StageWorker):
-    """lab_utils.pp's StageWorker with stage indices mapped to GLOBAL ranks on the pp axis.
+    """lab_utils.parallel.pipeline_parallel.schedules's StageWorker with stage indices mapped to GLOBAL ranks on the pp axis.
     StageWorker sends to `stage +- 1` as if stage == rank (true only when pp is the whole world);
     here stage s of this rank's pp group is global rank pp_ranks[s]."""
 

@@ -1,4 +1,4 @@
-"""Quick-math drills for interviews, generated from ``lab_utils.calc`` and checked (lab 11).
+"""Quick-math drills for interviews, generated from ``lab_utils.calc`` and checked (lab 12).
 
     drills = make_drills(seed=0)          # one drill of every kind, random but reproducible
     d = drills[0]; print(d.question)

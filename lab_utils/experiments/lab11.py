@@ -1,4 +1,4 @@
-"""Production drills (lab 10): checkpoint and resume exactly, then break training on purpose.
+"""Production drills (lab 11): checkpoint and resume exactly, then break training on purpose.
 
 Sharded checkpoints, torch.distributed.checkpoint (DCP) with FSDP2:
     dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp

@@ -1,4 +1,4 @@
-"""Lab 09's experiments: scaling curves and the four bottleneck families, measured.
+"""Lab 10's experiments: scaling curves and the four bottleneck families, measured.
 
     scaling_worker(ctx, sizes, ...)   strong + weak scaling of a DDP TinyGPT at N = 1, 2, 4(, 8)
                                       ranks, real compute and simulated devices, in ONE launch
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.ddp import BucketDDP
+from lab_utils.parallel.data_parallel import BucketDDP
 from lab_utils.measure import CommLedger, Timeline
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params, lm_loss
 
@@ -152,7 +152,7 @@ def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8
     wide ToyMLP (6.3M parameters, 25 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
     1F1B pipeline (lab 07's ``pipeline_step``, simulated compute t_f) for each m in
     ``bubble_ms``: its measured per-rank timeline. Every rank returns its own results."""
-    from lab_utils.pp import SimCompute, pipeline_step
+    from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, pipeline_step
 
     cfg = SCALING_CONFIG
     x, y = shard_for_rank(token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0],

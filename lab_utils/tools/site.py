@@ -17,7 +17,7 @@ import nbformat
 import plotly.io as pio
 from nbconvert import HTMLExporter
 
-from lab_utils.nbtools import execute_quick
+from lab_utils.tools.nbtools import execute_quick
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = ROOT / "labs"

@@ -1,4 +1,4 @@
-"""Tensor parallelism from scratch, Megatron-style (lab 06). Communication lives in tp_comm.py.
+"""Tensor parallelism from scratch, Megatron-style (lab 06). Communication lives in comm.py.
 
 Notation: t ranks in the tensor-parallel `group`, activations (B, T, C), D = B*T*C*bytes.
 
@@ -30,12 +30,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from lab_utils.tp_comm import (copy_to_tp, gather_from_sequence, gather_from_tp, reduce_from_tp,
+from lab_utils.parallel.tensor_parallel.comm import (copy_to_tp, gather_from_sequence, gather_from_tp, reduce_from_tp,
                                reduce_scatter_to_sequence, scatter_to_sequence,
                                sequence_gather_linear, _all_gather)
 
 
-from lab_utils.tp_rng import (TPDropout, TPRandom, full_dropout_masks,  # noqa: F401 (re-exported)
+from lab_utils.parallel.tensor_parallel.rng import (TPDropout, TPRandom, full_dropout_masks,  # noqa: F401 (re-exported)
                               replay_dropout_masks, seed_tensor_parallel, set_recording)  # noqa: F401
 
 

@@ -1,0 +1,13 @@
+"""The techniques, each beside its communication (the lessons of labs 03-09).
+
+    collectives.py          ring reduce-scatter / all-gather / all-reduce, parameter server (lab 03)
+    data_parallel.py        NaiveDDP, BucketDDP, SyncBatchNorm1d (lab 04)
+    zero.py                 ZeRO stages 1-3 (lab 05)
+    tensor_parallel/        column / row parallel layers, Megatron MLP and attention (lab 06)
+    pipeline_parallel/      GPipe and 1F1B from send/recv; torch.distributed.pipelining (lab 07)
+    context_parallel.py     ring attention (lab 08)
+    compose.py              DP x TP x PP on one mesh: apply_tp, apply_fsdp, apply_pp (lab 08)
+
+Every module here holds a technique and its communication only: the experiments that run them
+live in ``lab_utils.experiments``, and measurement observes them from ``lab_utils.measure``.
+"""

@@ -1,0 +1,1 @@
+"""Interview practice (lab 12): quick-math drills graded by the calculators."""
