@@ -13,6 +13,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _everything(ctx):
+    from lab_utils.experiments import lab03
     from lab_utils.parallel import collectives as C
     from lab_utils.measure import CommLedger
 
@@ -42,8 +43,8 @@ def _everything(ctx):
         g = dist.get_rank(sub)
         out["sub"] = (torch.equal(chunk, want[4 * g:4 * g + 4]), torch.equal(got, want),
                       rs_sent, led.bytes_sent())
-    out["before_after"] = C.collective_before_after(ctx)
-    out["sweep"] = C.all_reduce_sweep(ctx, [16, 4096], [2, 4], repeats=1)
+    out["before_after"] = lab03.collective_before_after(ctx)
+    out["sweep"] = lab03.all_reduce_sweep(ctx, [16, 4096], [2, 4], repeats=1)
     return out
 
 

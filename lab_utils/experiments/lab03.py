@@ -1,0 +1,117 @@
+"""Lab 03's experiments: every collective's before/after, the ring's bytes per phase, timings.
+
+    collective_before_after(ctx)           what each rank holds before and after each collective
+    all_reduce_sweep(ctx, sizes, groups)   messages, bytes and times of gloo / ring / parameter
+                                           server all-reduce, for several group sizes, one launch
+    time_all_reduce(ctx, sizes)            median time of one all-reduce per implementation and size
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lab_utils.parallel.collectives import IMPLEMENTATIONS, ring_all_gather, ring_reduce_scatter
+
+def time_all_reduce(ctx: Any, sizes_bytes: list[int], impls: tuple[str, ...] = ("gloo", "ring"),
+                    repeats: int = 5, warmup: int = 1, group: Any = None) -> dict[str, list[float]]:
+    """Median seconds of one all-reduce per (implementation, size), max over the group's ranks.
+
+    Each repetition starts after a barrier and lasts as long as its slowest rank (the
+    collective is done when the last rank is); we report the median of ``repeats``.
+    Communication: the timed all-reduces plus one all-reduce(MAX) of one float64 per repetition.
+    Call it on every rank of ``group`` (default: ctx.group).
+    """
+    group = group if group is not None else ctx.group
+    out: dict[str, list[float]] = {name: [] for name in impls}
+    for name in impls:
+        fn = IMPLEMENTATIONS[name]
+        for size in sizes_bytes:
+            x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
+            times = []
+            for i in range(warmup + repeats):
+                dist.barrier(group=group)
+                t0 = time.perf_counter()
+                fn(x, group)
+                elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
+                if i >= warmup:
+                    times.append(elapsed.item())
+            out[name].append(statistics.median(times))
+    return out
+
+
+def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
+                     impls: tuple[str, ...] = ("gloo", "ring", "parameter_server"),
+                     repeats: int = 5) -> dict[int, dict]:
+    """Lab 03's experiment in one launch: for each n in ``group_sizes``, ranks 0..n-1 form a
+    group; they count, with a CommLedger, the messages and bytes one all-reduce of
+    sizes_bytes[-1] makes this rank send (per implementation, and per phase of the ring),
+    then time every implementation at every size. Ranks outside the group wait at a barrier.
+    Returns {n: {"sends", "bytes", "phases", "times"}} on the group's ranks ({} elsewhere);
+    "times" as time_all_reduce.
+    """
+    from lab_utils.measure import CommLedger  # measure imports calc only; no cycle
+
+    out: dict[int, dict] = {}
+    for n in group_sizes:
+        group = dist.new_group(list(range(n)))  # collective: every rank takes part
+        if ctx.rank < n:
+            sends, sent = {}, {}
+            for name in impls:
+                x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
+                with CommLedger() as ledger:
+                    IMPLEMENTATIONS[name](x, group)
+                sends[name] = ledger.count("send")
+                sent[name] = ledger.bytes_sent()
+            x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
+            with CommLedger() as ledger:
+                with ledger.phase("reduce_scatter"):
+                    ring_reduce_scatter(x, group)
+                with ledger.phase("all_gather"):
+                    ring_all_gather(x, group)
+            phases = {ph: ledger.bytes_sent(phase=ph) for ph in ("reduce_scatter", "all_gather")}
+            times = time_all_reduce(ctx, sizes_bytes, impls, repeats, group=group)
+            out[n] = {"sends": sends, "bytes": sent, "phases": phases, "times": times}
+        dist.barrier(group=ctx.group)
+    return out
+
+
+def collective_before_after(ctx: Any, n_elems: int | None = None) -> dict[str, dict]:
+    """What this rank holds before and after each collective (lab 03's picture).
+
+    Rank r starts with [10r, 10r+1, ...] (n_elems = N by default: one element per chunk).
+    Returns {op: {"before": list, "after": list | None}}. all_to_all sends chunk j to rank j;
+    after reduce only the destination (rank 0) holds a defined result, so others get None.
+    """
+    n, r = ctx.world_size, ctx.rank
+    n_elems = n_elems or n
+    per_rank = n_elems // n
+
+    def start() -> torch.Tensor:
+        return torch.arange(n_elems, dtype=torch.float32) + 10 * r  # (n_elems,)
+
+    out: dict[str, dict] = {}
+    x = start()
+    dist.all_reduce(x, group=ctx.group)  # every rank: the sum
+    out["all_reduce"] = {"before": start().tolist(), "after": x.tolist()}
+    shard = torch.empty(per_rank)
+    dist.reduce_scatter_tensor(shard, start(), group=ctx.group)  # rank r: sum of chunk r
+    out["reduce_scatter"] = {"before": start().tolist(), "after": shard.tolist()}
+    mine = start()[r * per_rank:(r + 1) * per_rank].contiguous()  # rank r owns chunk r
+    full = torch.empty(n_elems)
+    dist.all_gather_into_tensor(full, mine, group=ctx.group)  # every rank: all chunks
+    out["all_gather"] = {"before": mine.tolist(), "after": full.tolist()}
+    x = start()
+    dist.broadcast(x, src=0, group=ctx.group)  # every rank: rank 0's tensor
+    out["broadcast"] = {"before": start().tolist(), "after": x.tolist()}
+    x = start()
+    dist.reduce(x, dst=0, group=ctx.group)  # rank 0: the sum; others: undefined
+    out["reduce"] = {"before": start().tolist(), "after": x.tolist() if r == 0 else None}
+    y = torch.empty(n_elems)
+    dist.all_to_all_single(y, start(), group=ctx.group)  # chunk j of rank i -> rank j
+    out["all_to_all"] = {"before": start().tolist(), "after": y.tolist()}
+    return out
