@@ -16,10 +16,11 @@ from typing import Any
 from lab_utils.exercises._core import (DISCOVERY_ERRORS, CheckResult, Exercise, Verdict, check,
                                        check_many, compare_tensors, discover, get,
                                        list_exercises, register, show_solution)
+from lab_utils.exercises.predict import Prediction, history, predict
 
 __all__ = ["Exercise", "Verdict", "CheckResult", "register", "discover", "get", "check",
            "check_many", "show_solution", "list_exercises", "compare_tensors",
-           "DISCOVERY_ERRORS"]
+           "DISCOVERY_ERRORS", "predict", "Prediction", "history"]
 
 
 def __getattr__(attr: str) -> Any:

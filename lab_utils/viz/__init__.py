@@ -11,6 +11,8 @@ Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.s
     amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 10)
     planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 12)
 
+Tables: ``show_table(rows, title=...)`` prints every lab's results the same way (HTML/text).
+
 Each explorer has pure ``validate(values)``, ``figure_spec(state)`` and ``summary_html(state)``
 functions (testable without a browser); bad input shows ``.error_message`` in the widget.
 """
@@ -22,11 +24,12 @@ from lab_utils.viz.gantt import (KIND_COLORS, collective_state_figure, gantt_fig
                                  gantt_spec, kind_of)
 from lab_utils.viz.memory_explorer import MemoryExplorer, memory_explorer
 from lab_utils.viz.planner_widget import PlannerWidget, planner_widget
+from lab_utils.viz.table import Table, show_table
 
 __all__ = [
     "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
     "Explorer", "apply_spec", "to_figure",
     "MemoryExplorer", "memory_explorer", "BubbleExplorer", "bubble_explorer",
     "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
-    "PlannerWidget", "planner_widget",
+    "PlannerWidget", "planner_widget", "Table", "show_table",
 ]

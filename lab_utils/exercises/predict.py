@@ -1,0 +1,268 @@
+"""Committed predictions: the learner writes a number BEFORE the run, the lab reveals after.
+
+    from lab_utils.exercises import predict
+    guess = predict("05.zero2_bytes", "Bytes one rank sends per step under ZeRO-2, as a multiple "
+                    "of what it sends under DDP?", unit="x DDP", quick_guess=0.5)
+    ...                                           # the run
+    guess.reveal(formula=1.0, measured=ratio, why="reduce-scatter + all-gather = one all-reduce")
+
+``predict`` shows a text box and a Commit button; once committed the guess is locked. ``reveal``
+shows the guess next to the formula and the measurement, with how far off the guess was, but
+ONLY once a guess is committed: with JupyterLab's Run All the reveal cell runs before anyone has
+typed, so it shows "commit your prediction above" and fills itself in at the moment of the commit.
+
+Three ways a guess gets committed:
+  * the learner types into the box and presses Commit;
+  * the notebook passes ``answer=...`` (a learner who prefers to edit code);
+  * quick mode (``LAB_QUICK=1``, the test suite's and CI's mode): ``quick_guess`` is used, and
+    the comparison renders at once, so the executed notebook shows the whole flow.
+
+Multiple-choice predictions take ``choices=[...]`` and reveal with ``reveal(answer=...)``.
+Committed guesses (not quick-mode presets) are kept in ``predictions.json`` beside the
+flashcard progress (``~/.distributed_labs/``; ``LAB_PREDICTIONS`` overrides the path), so the
+review at the end of each lab can show the learner their guesses again: ``history(lab)``.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ENV_PATH = "LAB_PREDICTIONS"
+DEFAULT_PATH = Path("~/.distributed_labs/predictions.json")
+BOX_STYLE = "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:4px 0"
+HIDDEN_NOTE = "Commit your prediction above to see the formula and the measurement."
+
+
+def quick_mode() -> bool:
+    """True in the course's quick mode (the test suite and CI): presets replace typing."""
+    return os.environ.get("LAB_QUICK", "0") == "1"
+
+
+def predictions_path() -> Path:
+    return Path(os.environ.get(ENV_PATH) or DEFAULT_PATH).expanduser()
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (FileNotFoundError, ValueError, OSError):
+        return {}
+
+
+def _save(path: Path, data: dict) -> None:
+    """Atomic write (temporary file + rename): a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".predictions-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def history(lab: str | None = None) -> list[dict]:
+    """The learner's committed predictions (oldest first), of one lab ("05") or all."""
+    rows = [dict(key=k, **v) for k, v in _load(predictions_path()).items()]
+    if lab is not None:
+        rows = [r for r in rows if r["key"].split(".", 1)[0] == str(lab).zfill(2)]
+    return sorted(rows, key=lambda r: r.get("time", 0))
+
+
+def parse_number(text: str) -> float:
+    """'2.5', '1e9', '1,200', '3_000' -> float; anything else -> ValueError with the reason."""
+    cleaned = text.strip().replace(",", "").replace("_", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        raise ValueError(f"not a number: {text.strip()!r} (type digits, e.g. 2.5 or 1e9)") from None
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text.strip()!r}")
+    return value
+
+
+def off_by(guess: float, truth: float) -> str:
+    """How far a numeric guess is from the truth, in words a learner can act on."""
+    if truth == guess:
+        return "exact"
+    if truth == 0 or guess == 0 or (truth > 0) != (guess > 0):
+        return f"off by {abs(guess - truth):.4g} (absolute)"
+    ratio = guess / truth
+    if 0.9 <= ratio <= 1.1:
+        return f"within {abs(ratio - 1) * 100:.0f}%: well done"
+    return f"{ratio:.3g}x the answer" if ratio > 1 else f"{1 / ratio:.3g}x too small"
+
+
+@dataclass
+class Prediction:
+    """One committed-before-reveal prediction. ``value`` is None until committed."""
+
+    key: str
+    question: str
+    unit: str = ""
+    choices: tuple[str, ...] = ()
+    value: Any = None
+    preset: bool = False  # quick mode's quick_guess, not the learner's
+    _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _widget: Any = field(default=None, repr=False)
+    _error: Any = field(default=None, repr=False)
+
+    @property
+    def committed(self) -> bool:
+        return self.value is not None
+
+    def commit(self, value: Any) -> None:
+        """Lock in a guess (a number, or one of ``choices``); raises ValueError if invalid."""
+        if self.committed:
+            raise ValueError(f"already committed: {self.value!r} (a prediction is made once)")
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"choose one of {list(self.choices)}, not {value!r}")
+        else:
+            value = parse_number(value) if isinstance(value, str) else float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"not a finite number: {value!r}")
+        self.value = value
+        if not self.preset:
+            store = _load(predictions_path())
+            store[self.key] = {"question": self.question, "unit": self.unit, "guess": value,
+                               "time": time.time()}
+            _save(predictions_path(), store)
+        for listener in list(self._listeners):
+            listener()
+
+    def comparison(self, formula: Any = None, measured: Any = None, answer: Any = None) -> list[dict]:
+        """Rows of guess / formula / measured (or the right choice) with the verdict."""
+        if self.choices:
+            right = answer
+            return [{"your guess": self.value, "answer": right,
+                     "verdict": "right" if self.value == right else "not this time"}]
+        truth = measured if measured is not None else formula
+        row = {"your guess": self.value}
+        if formula is not None:
+            row["formula"] = formula
+        if measured is not None:
+            row["measured"] = measured
+        row["verdict"] = off_by(float(self.value), float(truth)) if truth is not None else ""
+        return [row]
+
+    def reveal(self, formula: Any = None, measured: Any = None, answer: Any = None,
+               why: str = "") -> Any:
+        """Show guess vs formula vs measured once committed (fills in later if not yet).
+
+        ``measured`` is what the run observed (say what kind: ledger, wire, timer) and
+        ``formula`` what theory predicts; the verdict compares the guess with the measurement
+        when there is one, else with the formula. Returns the output widget (None outside
+        Jupyter, where the comparison is printed if committed).
+        """
+        if self.choices and answer is None:
+            raise ValueError("a multiple-choice prediction reveals with answer=...")
+        if answer is not None and self.choices and answer not in self.choices:
+            raise ValueError(f"answer {answer!r} is not one of {list(self.choices)}")
+
+        def render() -> str:
+            if not self.committed:
+                return f'<div style="{BOX_STYLE};color:#57606a"><i>{HIDDEN_NOTE}</i></div>'
+            return self._html(self.comparison(formula, measured, answer), why)
+
+        try:
+            import ipywidgets as widgets
+            from IPython.display import display
+        except ImportError:  # plain Python: print what can be shown
+            print(_text(self.comparison(formula, measured, answer), self.unit, why)
+                  if self.committed else HIDDEN_NOTE)
+            return None
+        out = widgets.HTML(render())
+        self._listeners.append(lambda: setattr(out, "value", render()))
+        display(out)
+        return out
+
+    def _html(self, rows: list[dict], why: str) -> str:
+        unit = f" <span style='color:#57606a'>({html.escape(self.unit)})</span>" if self.unit else ""
+        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{html.escape(k)}</th>"
+                       for k in rows[0])
+        body = "".join("<tr>" + "".join(f"<td style='padding:2px 10px'>{html.escape(_fmt(v))}</td>"
+                                        for v in r.values()) + "</tr>" for r in rows)
+        preset = " <i style='color:#57606a'>(quick mode: a preset guess)</i>" if self.preset else ""
+        note = f"<div style='margin-top:4px'>{html.escape(why)}</div>" if why else ""
+        return (f'<div style="{BOX_STYLE}"><b>{html.escape(self.question)}</b>{unit}{preset}'
+                f"<table style='margin-top:4px'><tr>{head}</tr>{body}</table>{note}</div>")
+
+    def _repr_html_(self) -> str:  # what the predict() cell shows once committed
+        state = (f"committed: <b>{html.escape(_fmt(self.value))}</b> {html.escape(self.unit)}"
+                 if self.committed else "not committed yet")
+        return f'<div style="{BOX_STYLE}">{html.escape(self.question)}<br>{state}</div>'
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _text(rows: list[dict], unit: str, why: str) -> str:
+    lines = [" | ".join(f"{k}: {_fmt(v)}" for k, v in r.items()) for r in rows]
+    return "\n".join(lines + ([why] if why else [])) + (f"  ({unit})" if unit else "")
+
+
+def predict(key: str, question: str, unit: str = "", quick_guess: Any = None,
+            choices: Sequence[str] = (), answer: Any = None) -> Prediction:
+    """Ask for a prediction now; reveal it later with ``.reveal(formula=..., measured=...)``.
+
+    key:         "<lab>.<name>", e.g. "05.zero2_bytes": where the guess is kept.
+    question:    what to predict, with the quantity and its unit spelled out.
+    quick_guess: the guess used in quick mode (tests, CI), where nobody types.
+    choices:     for a multiple-choice prediction, the options (shown as buttons).
+    answer:      commit at once (a guess typed into the code instead of the box).
+    """
+    if not isinstance(key, str) or "." not in key or not key.split(".", 1)[0].isdigit():
+        raise ValueError(f"key must look like '<lab>.<name>' (e.g. '05.zero2_bytes'), got {key!r}")
+    p = Prediction(key, question, unit, tuple(choices))
+    if quick_mode() and answer is None:
+        if quick_guess is None:
+            raise ValueError(f"prediction {key!r} needs a quick_guess for quick mode")
+        p.preset = True
+        answer = quick_guess
+    if answer is not None:
+        p.commit(answer)
+    try:
+        import ipywidgets as widgets
+        from IPython.display import display
+    except ImportError:
+        return p
+    if p.committed:
+        display(p)
+        return p
+    p._widget, p._error = _input_widget(p, widgets)
+    display(p._widget)
+    return p
+
+
+def _input_widget(p: Prediction, widgets: Any) -> tuple[Any, Any]:
+    """A question, an input (text box or choice buttons), a Commit button and an error line."""
+    label = widgets.HTML(f"<b>Your prediction:</b> {html.escape(p.question)}")
+    error = widgets.HTML()
+    if p.choices:
+        box = widgets.ToggleButtons(options=list(p.choices), value=None)
+    else:
+        box = widgets.Text(placeholder="a number" + (f" ({p.unit})" if p.unit else ""),
+                           layout=widgets.Layout(width="220px"))
+    button = widgets.Button(description="Commit", button_style="primary")
+
+    def on_commit(_: Any = None) -> None:
+        try:
+            p.commit(box.value)
+        except ValueError as exc:
+            error.value = f"<span style='color:#8a1c1c'>{html.escape(str(exc))}</span>"
+            return
+        error.value = f"<span style='color:#1a7f37'>committed: {html.escape(_fmt(p.value))} {html.escape(p.unit)}</span>"
+        box.disabled = button.disabled = True
+
+    button.on_click(on_commit)
+    row = widgets.HBox([box, button])
+    return widgets.VBox([label, row, error]), error

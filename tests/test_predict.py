@@ -1,0 +1,77 @@
+"""Committed predictions (lab_utils.exercises.predict) and the one table helper (viz.table)."""
+import json
+
+import pytest
+
+from lab_utils.exercises import history, predict
+from lab_utils.exercises.predict import off_by, parse_number
+from lab_utils.viz import Table
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    path = tmp_path / "predictions.json"
+    monkeypatch.setenv("LAB_PREDICTIONS", str(path))
+    monkeypatch.setenv("LAB_QUICK", "0")
+    return path
+
+
+def test_reveal_is_hidden_until_a_guess_is_committed(store):
+    p = predict("05.zero2_bytes", "ZeRO-2 bytes per step, relative to DDP", unit="x DDP")
+    assert not p.committed
+    out = p.reveal(formula=1.0, measured=1.0)
+    assert "Commit your prediction" in out.value and "1.0" not in out.value
+    p.commit("0.5")
+    assert "formula" in out.value and "measured" in out.value and "0.5" in out.value
+    assert "2x too small" in out.value  # 0.5 against 1.0
+    saved = json.loads(store.read_text())
+    assert saved["05.zero2_bytes"]["guess"] == 0.5
+    assert [h["key"] for h in history("05")] == ["05.zero2_bytes"] and history("04") == []
+
+
+def test_a_prediction_is_made_once_and_bad_input_is_named(store):
+    p = predict("03.ring_sends", "messages per rank", answer=6)
+    with pytest.raises(ValueError, match="already committed"):
+        p.commit(7)
+    q = predict("03.ring_bytes", "bytes per rank")
+    for bad in ("abc", "2.5.1", "", "nan", "inf"):
+        with pytest.raises(ValueError, match="not a"):
+            q.commit(bad)
+    assert not q.committed
+    with pytest.raises(ValueError, match="<lab>.<name>"):
+        predict("ring", "no lab prefix")
+
+
+def test_quick_mode_uses_the_preset_and_does_not_store_it(store, monkeypatch):
+    monkeypatch.setenv("LAB_QUICK", "1")
+    p = predict("07.bubble", "bubble fraction", quick_guess=0.5)
+    assert p.committed and p.preset and p.value == 0.5
+    assert not store.exists()  # a preset is not the learner's guess
+    with pytest.raises(ValueError, match="quick_guess"):
+        predict("07.other", "no preset given")
+
+
+def test_multiple_choice(store):
+    p = predict("07.smaller_bubble", "Which schedule has the smaller bubble?",
+                choices=["GPipe", "1F1B", "the same"], answer="1F1B")
+    assert p.comparison(answer="the same")[0]["verdict"] == "not this time"
+    with pytest.raises(ValueError, match="choose one of"):
+        predict("07.x", "?", choices=["a", "b"], answer="c")
+
+
+def test_off_by_and_parse_number():
+    assert off_by(1.05, 1.0).startswith("within 5%")
+    assert off_by(4.0, 1.0) == "4x the answer" and off_by(0.25, 1.0) == "4x too small"
+    assert parse_number("1,200") == 1200 and parse_number("3_000") == 3000 and parse_number("1e9") == 1e9
+
+
+def test_table_text_and_html():
+    t = Table([{"impl": "ours", "ms": 49.6, "bytes": 180480}, {"impl": "torch", "ms": 53.41, "bytes": 180480}],
+              title="DDP", units={"bytes": "B"})
+    text = str(t).splitlines()
+    assert text[0] == "DDP" and text[1].split() == ["impl", "ms", "bytes", "(B)"]
+    assert "180,480" in text[3] and text[3].endswith("180,480")
+    assert "<table>" in t._repr_html_() and "53.41" in t._repr_html_()
+    with pytest.raises(ValueError, match="columns"):
+        Table([[1, 2]])
+    assert "1.5" in str(Table([[1.5, "x"]], columns=["a", "b"]))
