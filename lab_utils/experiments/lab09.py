@@ -8,12 +8,15 @@ router's load balance.
     balance_run(ctx, aux_coefs, steps, capacity_factors)
                                    train with and without the load-balancing loss; tokens per
                                    expert per step; dropped tokens and buffer sizes per capacity
+    ep_experiments(ctx, ...)       ep_checks then ep_dp_mesh, in one launch (the notebook's)
 
 The technique is ``lab_utils.parallel.expert_parallel``; the measurement is outside it (a
-CommLedger, and the routing each rank can recompute for every rank from the shared seeds).
+CommLedger (what was called), a WireMeter (what the kernel sent), and the routing each rank can
+recompute for every rank from the shared seeds (what the splits say should move).
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -77,10 +80,11 @@ class EPCheck:
     out_err: float                       # max |y_EP - y_dense| over this rank's tokens
     grad_err: dict[str, float]           # max abs diff: tokens, local experts, router
     a2a_calls: dict[str, int]            # all-to-alls in forward / backward (rows + counts)
-    bytes_splits: dict[str, int]         # rows addressed to OTHER ranks x h x 4, from the splits
+    bytes_splits: dict[str, int]         # payload to OTHER ranks per forward all-to-all: the
+                                         # counts (int64) and the rows x h x 4, from the splits
     bytes_ledger: dict[str, float]       # the ledger: (n-1)/n x the whole send buffer
     bytes_uniform: float                 # formula, uniform routing: (n-1)/n T k h 4
-    bytes_wire: dict[str, float] | None  # kernel-counted, where the WireMeter exists
+    bytes_wire: dict[str, int | None]    # WireMeter: forward, backward (payload + gloo headers)
     tokens_per_expert: list[int]         # kept assignments per expert, whole group
     dropped: int                         # assignments dropped by capacity, whole group
 
@@ -90,6 +94,16 @@ class EPChecks:
     rows: list[EPCheck]
     uneven_all_gather: str               # what gloo says to an all_gather of unequal sizes
     uneven_all_to_all: bool              # all_to_all_single with unequal splits worked
+
+
+@contextlib.contextmanager
+def _phase(ctx, ledger, wires: dict, name: str):
+    """A ledger phase and a wire meter around one block: wires[name] = bytes the kernel sent."""
+    from lab_utils.measure import WireMeter
+
+    with ledger.phase(name), WireMeter(ctx) as wire:
+        yield
+    wires[name] = wire.sent
 
 
 def _uneven_probe(ctx) -> tuple[str, bool]:
@@ -111,7 +125,7 @@ def _uneven_probe(ctx) -> tuple[str, bool]:
 
 
 def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
-    from lab_utils.measure import CommLedger
+    from lab_utils.measure import CommLedger, WireMeter
 
     me = dist.get_rank(group)
     xs = [tokens_for(shape, s) for s in range(n)]
@@ -126,9 +140,9 @@ def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
                             shape.capacity_factor, group=group, seed=shape.seed)
     x = xs[me].clone().requires_grad_(True)
     with CommLedger() as ledger:
-        with ledger.phase("forward"):
+        with ledger.phase("forward"), WireMeter(ctx) as wire_fwd:
             out = moe(x)
-        with ledger.phase("backward"):
+        with ledger.phase("backward"), WireMeter(ctx) as wire_bwd:
             ((out.y * probe_for(shape, me)).sum() + out.aux_loss / n).backward()
     dist.all_reduce(moe.router.weight.grad, group=group)  # dense part: data parallel, SUM
     rows = slice(me * shape.tokens, (me + 1) * shape.tokens)
@@ -147,7 +161,8 @@ def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
               (s + 1) * shape.tokens]] for s in range(n)]
     to = lambda s, d: int((kept_e[s] // n_local == d).sum())  # noqa: E731 - rows s sends to d
     row_bytes = shape.d_model * 4
-    splits = {"dispatch": sum(to(me, d) for d in range(n) if d != me) * row_bytes,
+    splits = {"counts": (n - 1) * n_local * 8,
+              "dispatch": sum(to(me, d) for d in range(n) if d != me) * row_bytes,
               "combine": sum(to(s, me) for s in range(n) if s != me) * row_bytes}
     a2a = [rec for rec in ledger.records if rec.op == "all_to_all"]
     fwd = [rec for rec in a2a if rec.phase == "forward"]
@@ -160,7 +175,8 @@ def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
         a2a_calls={"forward": len(fwd), "backward": len(bwd)}, bytes_splits=splits,
         bytes_ledger=ledger_bytes,
         bytes_uniform=(n - 1) / n * shape.tokens * shape.top_k * shape.d_model * 4,
-        bytes_wire=None, tokens_per_expert=counts.tolist(),
+        bytes_wire={"forward": wire_fwd.sent, "backward": wire_bwd.sent},
+        tokens_per_expert=counts.tolist(),
         dropped=int((~r.keep).sum()))
 
 
@@ -184,7 +200,7 @@ class MeshResult:
     losses: list[float]                  # global loss per step (sum over every rank)
     ref_losses: list[float]              # the single-process reference on all tokens
     param_err: float                     # max |param - reference| after the last step
-    comm: dict[str, dict] = field(default_factory=dict)  # phase -> {calls, ops, bytes}
+    comm: dict[str, dict] = field(default_factory=dict)  # phase -> {calls, ops, bytes, wire}
     formula: dict[str, float] = field(default_factory=dict)  # phase -> bytes per rank
 
 
@@ -226,16 +242,17 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
         ref_losses.append(ref_loss.item())
 
         moe.zero_grad()
-        with CommLedger() as ledger:  # the last step's ledger is reported
+        wires: dict[str, int | None] = {}
+        with CommLedger() as ledger:  # the last step's ledger and wire bytes are reported
             x = xs[ctx.rank].requires_grad_(True)  # as if it came from the layer below
-            with ledger.phase("forward"):
+            with _phase(ctx, ledger, wires, "forward"):
                 loss = scale * ((moe(x).y - target(x.detach())) ** 2).sum()
-            with ledger.phase("backward"):
+            with _phase(ctx, ledger, wires, "backward"):
                 loss.backward()
-            with ledger.phase("experts over dp"):
+            with _phase(ctx, ledger, wires, "experts over dp"):
                 for p in moe.experts.parameters():
                     dist.all_reduce(p.grad, group=dp_group)
-            with ledger.phase("router over all"):
+            with _phase(ctx, ledger, wires, "router over all"):
                 dist.all_reduce(moe.router.weight.grad, group=ctx.group)
         with torch.no_grad():
             for p in moe.parameters():
@@ -253,7 +270,8 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
         for rec in ledger.records:
             if rec.phase == phase:
                 ops[rec.op] = ops.get(rec.op, 0) + 1
-        comm[phase] = {"calls": row["count"], "ops": ops, "bytes": row["bytes_sent"]}
+        comm[phase] = {"calls": row["count"], "ops": ops, "bytes": row["bytes_sent"],
+                       "wire": wires[phase]}
     expert_bytes = sum(p.numel() * 4 for p in moe.experts.parameters())
     router_bytes = moe.router.weight.numel() * 4
     formula = {"experts over dp": 2 * (dp - 1) / dp * expert_bytes,
@@ -317,3 +335,17 @@ def balance_run(ctx, aux_coefs: tuple[float, ...] = (0.0, 1.0), steps: int = 30,
                 "rows, busiest rank": int(per_rank.max()), "rows, mean rank": per_rank.mean().item(),
                 "padded buffer rows": n * (E // n) * C})        # ep sources x local experts x C
     return BalanceResult(per_step, aux_hist, cap_rows)
+
+
+@dataclass
+class EPRun:
+    checks: EPChecks       # section 3: EP at 2 and 4 ranks vs the dense layer
+    mesh: MeshResult       # section 4: EP x DP on a (dp, ep) mesh
+
+
+def ep_experiments(ctx, sizes: tuple[int, ...] = (2, 4), shape: MoEShape = MoEShape(),
+                   dp: int = 2, ep: int = 2, steps: int = 3) -> EPRun:
+    """Lab 09's EP launch: ``ep_checks`` then ``ep_dp_mesh``, one start-up of the ranks for both."""
+    checks = ep_checks(ctx, sizes, shape)
+    dist.barrier(group=ctx.group)
+    return EPRun(checks, ep_dp_mesh(ctx, dp, ep, steps))
