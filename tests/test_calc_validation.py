@@ -119,6 +119,19 @@ VALID: dict[str, dict] = {
                           flash_attention=True, recipe="mixed_adam", first_stage_layers=7),
     "deepseek_v3_params": dict(),
     "deepseek_v3_stage_memory": dict(stage=0),
+    "gqa_attention_params": dict(hidden=4096, n_heads=32, n_kv_heads=8, head_dim=128),
+    "mla_attention_params": dict(hidden=7168, n_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                                 qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
+    "MoEConfig": dict(name="tiny-moe", vocab_size=100, hidden=64, n_layers=4, attention_params=1000,
+                      n_experts=8, top_k=2, expert_ffn=32, n_shared_experts=1, n_dense_layers=1,
+                      dense_ffn=128, gated=True, router_bias=False, tied_embeddings=False,
+                      source="s"),
+    "moe_param_count": dict(cfg=calc.MOE_PRESETS["mixtral-8x7b"]),
+    "moe_memory_per_rank": dict(cfg=calc.MOE_PRESETS["mixtral-8x7b"], ep=4, dp=2, pp=2,
+                                zero_stage=1, recipe="mixed_adam"),
+    "all_to_all_bytes_per_layer": dict(tokens_per_rank=4096, hidden=4096, top_k=2, ep=8,
+                                       dispatch_bytes=1.0, combine_bytes=2.0,
+                                       padded_capacity_factor=1.25, gpus_per_node=8),
 }
 # Public methods (of result and record classes) that take arguments: "Class.method".
 METHODS: dict[str, tuple] = {
@@ -130,14 +143,16 @@ METHODS: dict[str, tuple] = {
     "LlamaRun.memory": (LLAMA3_405B_TABLE4[0].memory, dict(micro_batch=1)),
     "DeepSeekBudget.days": (DEEPSEEK_V3.days, dict(gpu_hours=2.664e6)),
     "DeepSeekBudget.implied_mfu": (DEEPSEEK_V3.implied_mfu, dict(peak_flops=989e12)),
+    "MoEParamCount.active": (calc.moe_param_count(calc.MOE_PRESETS["mixtral-8x7b"]).active,
+                             dict(count_embedding=False)),
 }
 # Classes that only carry results (built by calc) or published records (built here).
 RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
            "DeepSeekV3Params", "KorthikantiRun", "NarayananEstimate", "LlamaRun",
-           "DeepSeekBudget"}
-FREE_TEXT = {("ModelConfig", "name"), ("Recipe", "name"), ("Recipe", "source"),
+           "DeepSeekBudget", "MoEParamCount", "MoEMemory", "AllToAllVolume"}
+FREE_TEXT = {("MoEConfig", "name"), ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"), ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
              ("Cluster", "name")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
