@@ -18,15 +18,34 @@ from lab_utils.runtime.pool import current as current_pool
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+OWNER = "LAB_UTILS_TEST_OWNER"
+os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
+
+
 def worker_pids() -> list[int]:
-    """PIDs of agents and ranks still running, other than this process's warm pool (whose
-    ranks are meant to stay between runs)."""
+    """PIDs of agents and ranks that THIS test process started and that still run, other than its
+    warm pool (whose ranks are meant to stay between runs). Other test workers' and notebooks'
+    ranks do not count: they do not carry this process's mark."""
     pool = current_pool()
-    keep = pool.agent.proc.pid if pool is not None and pool.agent.running() else None
-    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines()
-            if "lab_utils/runtime/worker.py" in line and line.split()[2][0] != "Z"
-            and int(line.split()[1]) != keep]
+    keep = {pool.agent.proc.pid, *pool.pids.values()} if pool is not None and pool.agent.running() else set()
+    mark = f"{OWNER}={os.getpid()}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"lab_utils/runtime/worker.py" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if int(pid) not in keep:
+            found.append(int(pid))
+    return found
 
 
 def no_workers_left(within_s: float = 5.0) -> bool:

@@ -37,6 +37,9 @@ from lab_utils.runtime.launch import (RunResults, collect, cpu_cores, drain, mak
                                       start_agent, wait_for_ranks)
 
 START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with margin
+# Imported once in the agent before the ranks are forked: optimizers, DDP and the ledger import
+# torch._dynamo on first use (1-4 s of CPU per rank), which a pool would otherwise pay N times.
+POOL_PRELOAD = ("torch._dynamo",)
 _ENV_PREFIXES = ("TORCH_", "NCCL_", "GLOO_")
 _POOL: "RankPool | None" = None
 _POOL_LOCK = threading.Lock()  # held while a job runs on the pool
@@ -55,7 +58,8 @@ class RankPool:
     """N warm ranks serving jobs; see the module docstring."""
 
     def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = ()):
-        self.world_size, self.backend, self.preload = world_size, backend, tuple(preload)
+        self.world_size, self.backend = world_size, backend
+        self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
         self.key = (world_size, backend, _env_key())
         self.run_dir = make_run_dir()
         self.jobs = 0
