@@ -52,3 +52,13 @@ __all__ = [
     "Device", "DEVICES", "Link", "LINKS", "Cluster", "dgx_a100", "dgx_h100",
     "Plan", "evaluate", "plan", "check_config", "best_per_layout",
 ]
+
+# Mixture of Experts (lab 09): total vs active parameters, memory under EP x DP (x PP), all-to-all.
+from lab_utils.calc.moe import (DEEPSEEK_V3_LAYOUT, MOE_PRESETS, MOE_PUBLISHED,  # noqa: E402
+                                AllToAllVolume, MoEConfig, MoEMemory, MoEParamCount,
+                                all_to_all_bytes_per_layer, gqa_attention_params,
+                                mla_attention_params, moe_memory_per_rank, moe_param_count)
+
+__all__ += ["MoEConfig", "MoEParamCount", "moe_param_count", "MOE_PRESETS", "MOE_PUBLISHED",
+            "DEEPSEEK_V3_LAYOUT", "MoEMemory", "moe_memory_per_rank", "AllToAllVolume",
+            "all_to_all_bytes_per_layer", "gqa_attention_params", "mla_attention_params"]
