@@ -4,11 +4,14 @@
     all_reduce_sweep(ctx, sizes, groups)   messages, bytes and times of gloo / ring / parameter
                                            server all-reduce, for several group sizes, one launch
     time_all_reduce(ctx, sizes)            median time of one all-reduce per implementation and size
+    wire_per_collective(ctx)               every collective: bytes sent by formula, ledger and wire
+    who_sends_to_whom(ctx)                 rank x rank matrix of wire bytes, ring vs gloo all-reduce
 """
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -115,3 +118,95 @@ def collective_before_after(ctx: Any, n_elems: int | None = None) -> dict[str, d
     dist.all_to_all_single(y, start(), group=ctx.group)  # chunk j of rank i -> rank j
     out["all_to_all"] = {"before": start().tolist(), "after": y.tolist()}
     return out
+
+
+# --- What the wire really carries (formula | ledger | wire; who sends to whom) ---------------
+
+WIRE_NUMEL = 786_432  # 3 MB of float32: divisible by 2, 3, 4, 6, 8; gloo's headers are < 0.1%
+
+
+@dataclass
+class WireSample:
+    """One collective as this rank saw it: the bytes it sent, three ways (measure/wire.py)."""
+
+    op: str                  # "all_reduce", "reduce_scatter_single", "reduce_scatter (list)", ...
+    formula: float           # the ring formula for this rank (calc.ring_bytes_per_rank)
+    ledger: float            # CommLedger: the ring formula applied to the calls it saw
+    wire: int | None         # WireMeter: what the kernel counted leaving this rank's sockets
+    sent_to: dict[int, int]  # wire bytes per peer rank
+
+
+def wire_per_collective(ctx: Any, numel: int = WIRE_NUMEL) -> list[WireSample]:
+    """Every collective once on a float32 tensor of ``numel`` (D = 4 numel bytes), each inside
+    a CommLedger and a WireMeter, after a barrier (so no other op's bytes fall in its block).
+    send/recv: rank 0 sends D to rank 1. all_gather: D from every rank (the formula's buffer
+    is the N x D output). Call it on every rank; numel must divide by the world size.
+    """
+    from lab_utils.calc import ring_bytes_per_rank
+    from lab_utils.measure import CommLedger, WireMeter
+
+    n, r, g, d = ctx.world_size, ctx.rank, ctx.group, 4 * numel
+    x = torch.ones(numel, device=ctx.device)
+    shard = torch.empty(numel // n, device=ctx.device)
+
+    def send_recv() -> None:
+        if r == 0:
+            dist.send(x, 1, group=g)
+        elif r == 1:
+            dist.recv(x, 0, group=g)
+
+    def ring(op: str, size: int = d) -> float:
+        return ring_bytes_per_rank(op, n, size)
+
+    calls = {  # op -> (the call, ring-formula bytes this rank sends)
+        "all_reduce": (lambda: dist.all_reduce(x, group=g), ring("all_reduce")),
+        "reduce_scatter_single": (lambda: dist.reduce_scatter_single(shard, x, group=g),
+                                  ring("reduce_scatter")),
+        "reduce_scatter (list)": (lambda: dist.reduce_scatter(shard, list(x.chunk(n)), group=g),
+                                  ring("reduce_scatter")),
+        "all_gather_single": (lambda: dist.all_gather_single(
+            torch.empty(n * numel, device=ctx.device), x, group=g), ring("all_gather", n * d)),
+        "all_gather (list)": (lambda: dist.all_gather(
+            [torch.empty_like(x) for _ in range(n)], x, group=g), ring("all_gather", n * d)),
+        "broadcast": (lambda: dist.broadcast(x, src=0, group=g), ring("broadcast")),
+        "reduce": (lambda: dist.reduce(x, dst=0, group=g), ring("reduce")),
+        "all_to_all": (lambda: dist.all_to_all_single(torch.empty_like(x), x, group=g),
+                       ring("all_to_all")),
+        "send/recv": (send_recv, float(d) if r == 0 else 0.0),
+        "barrier": (lambda: dist.barrier(group=g), 0.0),
+    }
+    out = []
+    for op, (call, formula) in calls.items():
+        dist.barrier(group=g)
+        with CommLedger() as ledger, WireMeter(ctx) as wire:
+            call()
+        out.append(WireSample(op, formula, ledger.bytes_sent(), wire.sent, wire.sent_to))
+    return out
+
+
+@dataclass
+class SendMatrix:
+    """Who sends to whom during one all-reduce: matrix[i][j] = wire bytes rank i sent rank j."""
+
+    impl: str                  # "ring" (ours, from send/recv) or "gloo" (dist.all_reduce)
+    tensor_bytes: int          # D
+    matrix: list[list[int]]
+
+
+def who_sends_to_whom(ctx: Any, numel: int = WIRE_NUMEL,
+                      impls: tuple[str, ...] = ("ring", "gloo")) -> list[SendMatrix] | None:
+    """One all-reduce of ``numel`` float32 per implementation, each inside a WireMeter; the
+    rank x rank matrix of measured bytes, gathered on rank 0 (None on the other ranks).
+    Communication besides the all-reduces: a barrier and a gather_object per implementation.
+    """
+    from lab_utils.measure import WireMeter, wire_matrix
+
+    out = []
+    for name in impls:
+        x = torch.ones(numel, device=ctx.device)
+        dist.barrier(group=ctx.group)
+        with WireMeter(ctx) as wire:
+            IMPLEMENTATIONS[name](x, ctx.group)
+        matrix = wire_matrix(wire, ctx.group)  # collective
+        out.append(SendMatrix(name, 4 * numel, matrix))
+    return out if ctx.rank == 0 else None

@@ -18,3 +18,10 @@ from lab_utils.measure.timeline import Timeline
 
 __all__ = ["CommLedger", "CommRecord", "model_state_bytes", "SavedActivations",
            "peak_memory_bytes", "reset_peak_memory", "Timeline"]
+
+# Wire bytes: what the kernel counted leaving each rank's sockets (labs 03-08)
+#   WireMeter(ctx) -> .sent / .sent_to / .control / .method / .result()    (measure/wire.py)
+from lab_utils.measure.wire import (BYTE_UNITS, GLOO_HEADER_BYTES, WireBytes, WireMeter,  # noqa: E402
+                                    byte_row, wire_matrix)
+
+__all__ += ["WireMeter", "WireBytes", "wire_matrix", "byte_row", "BYTE_UNITS", "GLOO_HEADER_BYTES"]

@@ -5,6 +5,13 @@
             loss.backward()               # e.g. torch DDP's bucketed all-reduces
     ledger.count("all_reduce"), ledger.bytes_sent(), ledger.summary()
 
+What a ledger number is: WHAT WAS CALLED (ops, counts, tensor sizes, durations). Its bytes are
+the ring formula applied to the tensor sizes it observed - label them "ledger", never
+"measured": ledger == formula holds by construction, whatever the backend really sends. The
+bytes that really left the rank, as the kernel counted them, are the "wire" column:
+``lab_utils.measure.WireMeter`` (measure/wire.py), which also names gloo's deviations from the
+ring (its reduce-scatter all-reduces: 2x the formula).
+
 How it sees everything: since torch 2.0 every ProcessGroup call - from Python's dist.* and
 from C++ callers such as DDP's reducer - goes through the dispatcher as a ``c10d::`` op
 (``c10d::allreduce_``, ``c10d::send``, ...), and DTensor / FSDP2 functional collectives are
@@ -15,11 +22,11 @@ it sees what this thread (and the CPU autograd engine running backward for it) d
 
 Bytes: ``tensor_bytes`` is D, the FULL buffer (all-reduce input, reduce-scatter input,
 all-gather output, the whole all-to-all send buffer, the tensor sent or received);
-``bytes_sent`` is what THIS rank sends as the ring algorithm moves it,
-``calc.comm.ring_bytes_per_rank(op, group_size, D)``: 2(N-1)/N D for all-reduce, (N-1)/N D
-for reduce-scatter / all-gather, D for send, 0 for recv and barrier. ``duration_s`` runs from
-the call to completion of its Work (a callback on the Work's future), so async calls and
-DDP's overlapped buckets get their real span, not just the launch time.
+``bytes_sent`` is what THIS rank WOULD send if the backend ran the ring algorithm (the ledger
+view, not a measurement): ``calc.comm.ring_bytes_per_rank(op, group_size, D)``, 2(N-1)/N D
+for all-reduce, (N-1)/N D for reduce-scatter / all-gather, D for send, 0 for recv and barrier.
+``duration_s`` runs from the call to completion of its Work (a callback on the Work's future),
+so async calls and DDP's overlapped buckets get their real span, not just the launch time.
 
 A record you can read is complete. The future's callback runs on the thread that completed
 the work, a moment AFTER ``work.wait()`` may already have returned to the caller, so the
@@ -46,7 +53,8 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all
 
 @dataclass
 class CommRecord:
-    """One communication call as this rank saw it. ``start_s`` is time.perf_counter()."""
+    """One communication call as this rank saw it. ``start_s`` is time.perf_counter().
+    ``bytes_sent`` is the ring formula for this call's sizes (ledger), not a measurement."""
 
     op: str
     bytes_sent: float
@@ -132,7 +140,7 @@ def _is_dtensor(cls: type) -> bool:
 
 
 def _sent(op: str, n: int, d: int) -> float:
-    """Bytes this rank sends: the ring formula from calc (send: D; recv, barrier: 0)."""
+    """Ledger bytes: the ring formula from calc (send: D; recv, barrier: 0); not measured."""
     if op == "send":
         return ring_bytes_per_rank("send_recv", n, d)
     if op in ("recv", "barrier"):
@@ -270,7 +278,8 @@ class CommLedger:
         return len(self._select(op, phase))
 
     def bytes_sent(self, op: str | None = None, phase: str | None = None) -> float:
-        """Bytes this rank sent, by the ring formula, summed over the selected calls."""
+        """Ledger bytes: the ring formula applied to the selected calls' tensor sizes, summed.
+        Not a measurement (for the bytes the kernel counted, see measure.WireMeter)."""
         return sum(r.bytes_sent for r in self._select(op, phase))
 
     def tensor_bytes(self, op: str | None = None, phase: str | None = None) -> int:
