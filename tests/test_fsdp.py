@@ -25,7 +25,7 @@ from lab_utils import run
 from lab_utils.calc import model_state_memory
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
 from lab_utils.experiments import lab05, lab05_practice
-from lab_utils.measure import CommLedger, model_state_bytes
+from lab_utils.measure import CommLedger, WireMeter, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
 from lab_utils.parallel.fsdp import FSDP, MixedPrecision, clip_grad_norm_
 from lab_utils.parallel.zero import ZeroOptimizer
@@ -68,18 +68,20 @@ def mlp_batches(steps=STEPS):
 
 
 def train(ctx, model, opt, batches, ledger_last=False):
-    """Global mean loss per step; the ledger summary of the last step if asked."""
+    """Global mean loss per step; the ledger summary of the last step if asked (its wire
+    bytes in summary["wire"])."""
     losses, summary = [], None
     for i, batch in enumerate(batches):
         x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
-        ledger = CommLedger()
-        with ledger if ledger_last and i == len(batches) - 1 else _null():
+        ledger, wire = CommLedger(), WireMeter(ctx)
+        measure = ledger_last and i == len(batches) - 1
+        with ledger if measure else _null(), wire if measure else _null():
             loss = default_loss(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad()
         losses.append(loss.item())
-        summary = ledger.summary()
+        summary = {**ledger.summary(), "wire": wire.sent if measure else None}
     t = torch.tensor(losses, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.AVG, group=ctx.group)
     return t.tolist(), summary
@@ -111,7 +113,7 @@ def experiments(ctx):
                  "fully_shard bf16", "fully_shard root resharded"):
         model, opt, *_ = lab05.build(name, CFG, g)
         losses, summary = train(ctx, model, opt, gpt_batches(2), ledger_last=True)
-        out[("calls", name)] = (_records(summary), losses)
+        out[("calls", name)] = (_records(summary), losses, summary["wire"])
     # uneven shapes (padding) against fully_shard: values and bytes
     for how in ("ours", "torch"):
         model = odd_mlp()
@@ -252,6 +254,7 @@ def test_same_collectives_as_fully_shard(results, ours, torch_name):
     mine, theirs = per_rank[0][("calls", ours)], per_rank[0][("calls", torch_name)]
     assert mine[0] == theirs[0]
     assert rel(mine[1], theirs[1]) < 1e-6
+    assert abs(mine[2] - theirs[2]) <= 0.01 * theirs[2]  # wire: the kernel's count, headers too
     n_gather = sum(op == "all_gather" for op, _ in mine[0])
     blocks = CFG.n_layer
     assert n_gather == (blocks + 1 if "keep" in ours else 2 * blocks + 1)

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.measure import CommLedger, Timeline, model_state_bytes
+from lab_utils.measure import CommLedger, Timeline, WireMeter, model_state_bytes
 from lab_utils.measure.spans import ModuleSpans
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.parallel.fsdp import FSDP, MixedPrecision
@@ -51,14 +51,16 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 
 @dataclass
 class TrainResult:
-    """One variant on one rank. Bytes are "ledger" bytes: the ring formula applied to the
-    tensor sizes the CommLedger saw called (what was called is measured, not what moved)."""
+    """One variant on one rank. "ledger" bytes: the ring formula applied to the tensor sizes
+    the CommLedger saw called (what was called is measured, not what moved); "wire": what the
+    kernel counted leaving this rank's sockets in the same step (WireMeter)."""
 
     losses: list[float]  # mean loss over the global batch, per step
     memory: dict[str, int]  # model state this rank holds after the last step (storages)
     calls: dict[str, int]  # collectives of the last step, by op
     ledger_bytes: dict[str, float]  # bytes sent in the last step, by op
     ledger_total: float = 0.0
+    wire: int | None = None  # bytes this rank really sent in the last step
 
 
 def build(name: str, cfg: GPTConfig, group: Any
@@ -100,6 +102,10 @@ def apply_fully_shard(model: TinyGPT, group: Any = None, reshard_after_forward: 
                 (None if reshard_after_forward else False), **kw)
 
 
+def _nothing() -> Any:
+    return contextlib.nullcontext()
+
+
 def mean_over_ranks(values: list[float], group: Any) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
@@ -114,10 +120,11 @@ def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
     out = {}
     for name in names:
         model, _opt, zero_grad, step, memory = build(name, cfg, ctx.group)
-        losses, ledger = [], CommLedger()
+        losses, ledger, wire = [], CommLedger(), WireMeter(ctx)
         for i, batch in enumerate(batches):
             x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
-            with ledger if i == steps - 1 else contextlib.nullcontext():
+            last = i == steps - 1
+            with ledger if last else _nothing(), wire if last else _nothing():
                 zero_grad()
                 loss = default_loss(model(x), y)
                 loss.backward()
@@ -129,7 +136,7 @@ def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
                                 {k: state[k] for k in ("params", "grads", "optimizer", "total")},
                                 {op: row["count"] for op, row in by_op.items()},
                                 {op: row["bytes_sent"] for op, row in by_op.items()},
-                                ledger.bytes_sent())
+                                ledger.bytes_sent(), wire.sent)
     return out
 
 

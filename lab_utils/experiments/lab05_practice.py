@@ -18,7 +18,7 @@ from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.lab05 import LR, mean_over_ranks, apply_fully_shard
-from lab_utils.measure import CommLedger, model_state_bytes
+from lab_utils.measure import CommLedger, WireMeter, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.parallel.fsdp import FSDP, clip_grad_norm_
 from lab_utils.parallel.zero import ZeroOptimizer
@@ -28,10 +28,12 @@ from lab_utils.reference import default_loss, make_optimizer
 # ---- gradient accumulation ----------------------------------------------------------------------
 @dataclass
 class AccumResult:
-    """One optimizer step of A micro-batches on one rank: what it called (ledger)."""
+    """One optimizer step of A micro-batches on one rank: what it called (ledger) and what
+    the kernel counted leaving its sockets (wire)."""
 
     calls: dict[str, int]
     ledger_bytes: float
+    wire: int | None
     weights_checksum: float  # sum of the gathered weights after the step: equal across variants
 
 
@@ -62,7 +64,7 @@ def accumulation_traffic(ctx: Any, cfg: GPTConfig, micro: int, global_batch: int
                 apply_fully_shard(model, ctx.group)
             opt = make_optimizer(model.parameters(), "adamw", LR)
             zero_grad, step = opt.zero_grad, opt.step
-        with CommLedger() as ledger:
+        with CommLedger() as ledger, WireMeter(ctx) as wire:
             zero_grad()
             for i, (x, y) in enumerate(zip(xs, ys)):
                 last = i == micro - 1
@@ -72,7 +74,7 @@ def accumulation_traffic(ctx: Any, cfg: GPTConfig, micro: int, global_batch: int
         weights = model.full_state_dict() if isinstance(model, FSDP) else _full_weights(model)
         checksum = float(sum(w.double().sum() for w in weights.values()))
         out[name] = AccumResult({op: r["count"] for op, r in ledger.summary()["by_op"].items()},
-                                ledger.bytes_sent(), checksum)
+                                ledger.bytes_sent(), wire.sent, checksum)
     return out
 
 

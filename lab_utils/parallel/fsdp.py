@@ -17,8 +17,12 @@ One unit in one step (U = bytes of the unit in param_dtype, G = in reduce_dtype,
     pre-forward    all-gather the shards, cast to param_dtype first   sends (K-1)/K U
     post-forward   free the full parameters (not the root: backward needs it first)
     pre-backward   all-gather again                                   sends (K-1)/K U
+      (a hook on the unit's output: it runs when d loss / d output is ready)
     post-backward  reduce-scatter the gradients (mean over ranks, in  sends (K-1)/K G
                    reduce_dtype) into the shards' .grad; free
+      (a hook on the unit's input: its gradient is ready once the unit's whole backward,
+      parameter gradients included, is done; units whose input needs no gradient, like the
+      root reading token ids, are reduced when the backward ends)
 A step sends 3(K-1)/K P (fp32: 1.5x DDP's 2(K-1)/K P) less the root's second all-gather, with
 the same collectives as fully_shard. Memory per rank: the fp32 shards, their grads and the
 optimizer state (16N/K with Adam), plus the full parameters of the units gathered right now,
