@@ -36,10 +36,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils.calc._check import int_choice
 from lab_utils.reference import make_optimizer
 
 AVG = dist.ReduceOp.AVG  # the mean over ranks (gloo has it on torch 2.13; only PREMUL_SUM is not)
-STAGES = {0: "DDP (all-reduce)", 1: "ZeRO-1 (P_os)", 2: "ZeRO-2 (P_os+g)"}
 
 
 def zero1_step(flat_param: torch.Tensor, flat_grad: torch.Tensor, shard: nn.Parameter,
@@ -63,13 +63,13 @@ def zero1_step(flat_param: torch.Tensor, flat_grad: torch.Tensor, shard: nn.Para
 
 
 def check_stage(stage: Any) -> int:
-    """The one validation of a ZeRO stage for the optimizer-side family (0, 1, 2)."""
+    """A ZeRO stage for this optimizer-side family: the calculators' one check (calc._check),
+    and a pointer to FSDP for stage 3."""
+    stage = int_choice("zero_stage", stage, (0, 1, 2, 3), "0 = plain DDP")
     if stage == 3:
         raise ValueError("ZeRO-3 shards the weights too, so it must wrap the model's forward and "
                          "backward: use lab_utils.parallel.fsdp.FSDP(model, group) and any torch "
                          "optimizer over its parameters()")
-    if isinstance(stage, bool) or stage not in STAGES:
-        raise ValueError(f"stage must be 0 (DDP), 1 or 2, got {stage!r}")
     return stage
 
 
