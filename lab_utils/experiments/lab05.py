@@ -194,6 +194,9 @@ def _gather_overlap(events: list[dict], gathers: list[tuple[float, float]], bloc
 
 def unit_timeline(ctx: Any, cfg: GPTConfig, prefetch: bool = False, compute_s: float = 0.0,
                   mp: MixedPrecision = BF16, global_batch: int = 8) -> UnitTimeline:
+    """One FSDP step (after a warm-up step) seen from outside: ModuleSpans on each block,
+    the CommLedger's records as comm spans, the full weights held as each block starts.
+    ``compute_s`` > 0 adds SIMULATED compute (sleep) to every block's forward and backward."""
     batch = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)[0]
     x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
     fsdp = FSDP(TinyGPT(cfg, seed=0), ctx.group, mp=mp, prefetch=prefetch)
