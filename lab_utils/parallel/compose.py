@@ -38,7 +38,7 @@ from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.pipeline_parallel.schedules import StageWorker, one_f_one_b
 from lab_utils.reference import make_optimizer
 from lab_utils.topology import Topology
-from lab_utils.parallel.tensor_parallel import layers as T
+from lab_utils.parallel.tensor_parallel import parallelize_block
 
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=4, n_head=4, d_model=32)
 LR = 1e-2
@@ -47,15 +47,25 @@ _TAGS = itertools.count(1)  # a fresh p2p tag per pipeline step (same sequence o
 
 # -- the named steps -----------------------------------------------------------------------------
 
-def apply_tp(model: nn.Module, tp_mesh) -> nn.Module:
-    """Megatron TP with torch's DTensor: q, k, v, fc column-wise; attn.proj, mlp.proj row-wise.
-    Per block: forward 1 all-reduce after attention, 1 after the MLP; backward 1 per column-wise
-    linear (its input gradient): 4, as q, k, v are three linears (our TPAttention fuses them: 1)."""
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+def apply_tp(model: nn.Module, tp_mesh, replicate_attention_input: bool = False) -> nn.Module:
+    """Megatron TP with torch's DTensor on every block of a model or pipeline stage, in place
+    (torchtitan's apply_tp): q, k, v, fc ColwiseParallel; attn.proj, mlp.proj RowwiseParallel.
+    Communication per block: forward 1 all-reduce after attention, 1 after the MLP (each
+    RowwiseParallel output, 2(t-1)/t of (b, s, h) per rank); backward 1 per ColwiseParallel
+    input gradient: 4, as q, k and v are three linears. replicate_attention_input=True makes the
+    attention's input a replicated DTensor first (PrepareModuleInput, as torchtitan does), so
+    autograd sums the q, k, v input gradients before ONE reduction: 2 per block, like our fused
+    TPAttention. Lab 06 runs both plans; lab 08 composes the first with FSDP."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, parallelize_module)
     plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
             "attn.proj": RowwiseParallel(), "mlp.fc": ColwiseParallel(),
             "mlp.proj": RowwiseParallel()}
+    if replicate_attention_input:
+        plan["attn"] = PrepareModuleInput(input_layouts=(Replicate(),),
+                                          desired_input_layouts=(Replicate(),),
+                                          use_local_output=False)
     for block in model.blocks:
         parallelize_module(block, tp_mesh, plan)
     return model
@@ -76,11 +86,11 @@ def apply_pp(model: TinyGPT, topo: Topology, rank: int) -> nn.Module:
     return split_stages(model, topo.pp)[topo.coords(rank)["pp"]]
 
 
-def apply_tp_ours(module: nn.Module, tp_group) -> nn.Module:
-    """Our Megatron blocks (lab_utils.parallel.tensor_parallel.layers) on every block of a model or stage, in place."""
+def apply_tp_ours(module: nn.Module, tp_group, sequence_parallel: bool = False) -> nn.Module:
+    """Our Megatron blocks on every block of a model or stage, in place: the same plan as
+    apply_tp, from lab_utils.parallel.tensor_parallel (parallelize_block, q/k/v fused)."""
     for block in module.blocks:
-        block.attn = T.TPAttention(block.attn, tp_group)
-        block.mlp = T.TPMLP(block.mlp, tp_group)
+        parallelize_block(block, tp_group, sequence_parallel)
     return module
 
 
@@ -180,7 +190,7 @@ def train_2d(ctx, variant: str = "torch", steps: int = 3, global_batch: int = 16
             opt.step()
         if i == 0:  # full gradients (collectives: every rank gathers its shards)
             grads0 = ({n: p.grad.full_tensor() for n, p in model.named_parameters()}
-                      if variant == "torch" else T.unshard(model, grads=True))
+                      if variant == "torch" else _unshard(model, grads=True))
         losses.append(loss.item())
     mean = torch.tensor(losses)
     dist.all_reduce(mean, group=mesh.get_group("dp"))  # equal shards: mean of the dp means
@@ -246,11 +256,16 @@ def train_3d(ctx, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GPTConf
                 layers=len(stage.blocks), param_bytes=p_bytes)
 
 
+def _unshard(module: nn.Module, grads: bool = False) -> dict[str, torch.Tensor]:
+    from lab_utils.experiments.unshard import unshard  # a check, not part of the technique
+    return unshard(module, grads)
+
+
 def _full_grads(stage: nn.Module, first_block: int) -> dict[str, torch.Tensor]:
     """Gradients of this stage under the full model's names, TP shards gathered (all-gathers)."""
     out = {}
     for i, block in enumerate(stage.blocks):
-        out |= {f"blocks.{first_block + i}.{n}": g for n, g in T.unshard(block, grads=True).items()}
+        out |= {f"blocks.{first_block + i}.{n}": g for n, g in _unshard(block, grads=True).items()}
     for n, p in stage.named_parameters():
         if not n.startswith("blocks."):
             out[n] = p.grad.clone()
