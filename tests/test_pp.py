@@ -150,9 +150,9 @@ def test_every_schedule_matches_reference(p):
     micro-batches as the formulas say; p2p bytes: ledger = formula exactly, wire = formula +
     gloo's 48-byte headers. 1F1B on an uneven split too (stage 0: embeddings only)."""
     uneven = [0, 4, 2, 2] if p == 4 else [5, 3]
-    exps = [dict(schedule=s, m=M, measure_bytes=True) for s in ALL]
+    exps = [dict(schedule=s, m=M, measure_bytes=True, ledger=True) for s in ALL]
     exps.append(dict(schedule="1f1b", m=M, balance=uneven))
-    results = run_pipeline(exps, p, timeout_s=240)
+    results = run_pipeline(exps, p, timeout_s=240, preload=("torch._dynamo",))
     ref_loss, ref = reference_grads(M)
     for exp, res in zip(exps, results):
         assert grad_error(res, ref) < 1e-6, exp

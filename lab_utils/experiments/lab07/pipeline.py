@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import itertools
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -84,7 +84,8 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
                   cfg: GPTConfig = PP_CONFIG, balance: list[int] | None = None,
                   sim: SimCompute | None = None, order: Any = None, v: int | None = None,
                   warmup_step: bool | None = None, deadlock_after_s: float | None = None,
-                  measure_bytes: bool = False, repeats: int = 1, pp: int | None = None,
+                  measure_bytes: bool = False, ledger: bool = False, repeats: int = 1,
+                  pp: int | None = None,
                   seed: int = 0) -> StageRun:
     """One forward+backward step of a p-stage pipeline on this rank (p = ``pp``, default the
     world size; with pp < world size, world/pp replicas run the same pipeline side by side:
@@ -93,7 +94,8 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     ``schedule``: a name of ``SCHEDULES``; ``v`` overrides its chunks per rank (interleaved).
     ``order``: a function (stage, p, m) -> ["F0", "B0", ...] that replaces the schedule.
     ``warmup_step`` (default: only with ``sim``) runs one untimed step first (real compute).
-    ``measure_bytes``: CommLedger + WireMeter around the timed step (p2p bytes).
+    ``measure_bytes``: WireMeter around the timed step (p2p bytes the kernel counted);
+    ``ledger``: a CommLedger too (what was called; its first use imports torch._dynamo).
     ``repeats``: timed steps (events tagged with "step"); ``merge`` keeps the least disturbed.
     """
     fn, v_default, _ = SCHEDULES[schedule]
@@ -128,7 +130,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
                                 stamps)
             model.zero_grad(set_to_none=True)
             dist.barrier()  # every rank starts the timed step together
-        with _bytes_meters(ctx, timed and measure_bytes) as (ledger, wire):
+        with _bytes_meters(ctx, timed and measure_bytes, timed and ledger) as (calls, wire):
             if order is not None:
                 from_order(chunks, order(s, p, m))
             else:
@@ -141,16 +143,14 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     last = chunks[-1] if chunks[-1].last else None
     return StageRun(events, obs.peak_in_flight, obs.peak_bytes,
                     last.loss if last else None, grads, obs.overran,
-                    ledger.bytes_sent() if ledger else None, wire.result() if wire else None)
+                    calls.bytes_sent() if calls else None, wire.result() if wire else None)
 
 
 @contextmanager
-def _bytes_meters(ctx: Any, on: bool) -> Iterator[tuple[Any, Any]]:
-    if not on:
-        yield None, None
-        return
-    with CommLedger() as ledger, WireMeter(ctx) as wire:
-        yield ledger, wire
+def _bytes_meters(ctx: Any, wire: bool, ledger: bool) -> Iterator[tuple[Any, Any]]:
+    with CommLedger() if ledger else nullcontext() as calls, \
+            WireMeter(ctx) if wire else nullcontext() as meter:
+        yield calls, meter
 
 
 def pp_worker(ctx: Any, experiments: list[dict]) -> list[StageRun]:
