@@ -170,7 +170,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _pipeline_step_as_dict(ctx, **kwargs) -> dict:
+def _pipeline_step_as_dict(ctx, *args, **kwargs) -> dict:
     from dataclasses import asdict
     from lab_utils.experiments.lab07 import pipeline_step
-    return asdict(pipeline_step(ctx, **kwargs))
+    return asdict(pipeline_step(ctx, *args, **kwargs))

@@ -198,8 +198,7 @@ class StageWorker:
 
     def _check_forward_done(self, i: int, op: str) -> None:
         if i not in self.stored or i in self.pending_w:
-            raise RuntimeError(f"stage {self.stage}: {op}{i} "
-                               + ("twice" if i in self.pending_w else f"before F{i}"))
+            raise RuntimeError(f"stage {self.stage}: {op}{i} before F{i}, or twice")
 
     def finish(self) -> None:
         """Wait for every outstanding send (all must have been received)."""
