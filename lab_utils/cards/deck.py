@@ -32,7 +32,7 @@ LAB_TITLES: dict[str, str] = {
     "00": "Setup and first launch", "01": "What training holds in memory",
     "02": "Single-device baselines", "03": "Collectives", "04": "Data parallelism",
     "05": "ZeRO and FSDP", "06": "Tensor parallelism", "07": "Pipeline parallelism",
-    "08": "3D / 4D parallelism",
+    "08": "3D / 4D parallelism", "09": "Mixture of Experts and expert parallelism",
     "10": "Scaling and bottlenecks", "11": "Production", "12": "System design and interview practice",
 }
 

@@ -197,3 +197,37 @@ def fill(text: str, rendered: dict[str, str], where: str) -> str:
 
 def placeholders(text: str) -> set[str]:
     return set(PLACEHOLDER.findall(text))
+
+
+# ---- lab 09 (Mixture of Experts): presets by name, so cards can quote calc.moe's numbers
+def _moe_params(preset: str, n_experts: int | None = None) -> Any:
+    """Total / active parameters of a model in ``calc.MOE_PRESETS`` (lab 09), optionally with
+    another number of routed experts (same top-k, same expert size)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    if preset not in calc.MOE_PRESETS:
+        raise ValueError(f"unknown MoE preset {preset!r}; choose one of: "
+                         f"{', '.join(calc.MOE_PRESETS)}")
+    cfg = calc.MOE_PRESETS[preset]
+    if n_experts is not None:
+        cfg = dataclasses.replace(cfg, n_experts=n_experts)
+    count = calc.moe_param_count(cfg)
+    return SimpleNamespace(total=count.total, active=count.active(),
+                           active_no_embedding=count.active(count_embedding=False),
+                           routed_experts=count.routed_experts)
+
+
+def _moe_memory(preset: str, ep: int, dp: int = 1, pp: int = 1, zero_stage: int = 0) -> Any:
+    """Model-state bytes per rank of a ``calc.MOE_PRESETS`` model under EP x DP x PP (lab 09)."""
+    if preset not in calc.MOE_PRESETS:
+        raise ValueError(f"unknown MoE preset {preset!r}; choose one of: "
+                         f"{', '.join(calc.MOE_PRESETS)}")
+    return calc.moe_memory_per_rank(calc.MOE_PRESETS[preset], ep, dp, pp, zero_stage)
+
+
+CALC_FUNCTIONS.update({
+    "moe_params": _moe_params,
+    "moe_memory": _moe_memory,
+    "all_to_all_bytes_per_layer": calc.all_to_all_bytes_per_layer,
+})

@@ -7,6 +7,7 @@
     pipeline_parallel/      GPipe and 1F1B from send/recv; torch.distributed.pipelining (lab 07)
     context_parallel.py     ring attention (lab 08)
     compose.py              DP x TP x PP on one mesh: apply_tp, apply_fsdp, apply_pp (lab 08)
+    expert_parallel.py      MoE layer (router, capacity, balance loss) and EP with all-to-alls (lab 09)
 
 Every module here holds a technique and its communication only: the experiments that run them
 live in ``lab_utils.experiments``, and measurement observes them from ``lab_utils.measure``.
