@@ -7,14 +7,16 @@ and p = 2; a simulated-compute run whose recorded ORDER replays to the formula's
 deadlocking order; two neighbours that disagree on the order (silently wrong gradients).
 No timing asserts: measured bubbles live in benchmarks/bench_bubble.py.
 """
+import itertools
+
 import pytest
 import torch
 
-from lab_utils.calc.activations import in_flight_microbatches
 from lab_utils.calc.pipeline import bubble, schedule
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.experiments.lab07 import (SimCompute, grad_error, p2p_bytes_formula,
                                          reference_grads, run_pipeline)
+from lab_utils.experiments.lab07.tables import bubble_formula, in_flight_formula, measured_in_flight
 from lab_utils.experiments.lab07.torch_pipeline import replay
 from lab_utils.measure import GLOO_HEADER_BYTES
 from lab_utils.parallel.pipeline_parallel.schedules import (SCHEDULES, from_order, parse_op,
@@ -135,15 +137,25 @@ def test_p2p_bytes_formula():
     assert sum(inter) == 2 * 8 * (4 * 2 - 1) * msg and inter == [24 * msg, 32 * msg, 32 * msg, 24 * msg]
 
 
+def test_zb_h2_needs_its_deferred_w():
+    """ZB-H2's zero steady-state bubble needs every stage to defer its W's by 2(p-1) rounds
+    (so every stage holds 2p-1 micro-batches): with any smaller deferral on some stage, the
+    same rounds (F_x, B_(x-2(p-1-s)), W_(x-lag_s)) leave a rank idle."""
+    p, m = 4, 8
+    for lags in itertools.product(*[range(2 * (p - 1 - s), 2 * (p - 1) + 1) for s in range(p)]):
+        orders = []
+        for s, lag_w in enumerate(lags):
+            lag_b, ops = 2 * (p - 1 - s), []
+            for x in range(m + lag_w):
+                ops += [f"F{x}"] if x < m else []
+                ops += [f"B{x - lag_b}"] if 0 <= x - lag_b < m else []
+                ops += [f"W{x - lag_w}"] if 0 <= x - lag_w < m else []
+            orders.append(ops)
+        steady = bubble_from_timeline(_replayed(orders, p, split=True), window="rank").max
+        assert (steady < 1e-12) == (lags == (2 * (p - 1),) * p), lags
+
+
 # ------------------------------------------------------------------ on real ranks
-def _expected_in_flight(name, p, m):
-    if name in ("gpipe", "1f1b"):
-        return [in_flight_microbatches(name, p, m, s) for s in range(p)]
-    if name == "zb-h2":
-        return [min(2 * p - 1, m)] * p
-    return list(schedule(name, p, m, 2 if name == "interleaved" else 1).peak_in_flight)
-
-
 @pytest.mark.parametrize("p", [4, 2])
 def test_every_schedule_matches_reference(p):
     """Gradients within 1e-6 (fp32) of one process on the whole batch; the loss; peak in-flight
@@ -159,7 +171,7 @@ def test_every_schedule_matches_reference(p):
         assert res.loss == pytest.approx(ref_loss, rel=1e-6), exp
         assert res.overran == 0
     for res in results[:len(ALL)]:
-        assert res.peak_in_flight == _expected_in_flight(res.schedule, p, M), res.schedule
+        assert measured_in_flight(res) == in_flight_formula(res.schedule, p, M, res.v), res.schedule
         formula = p2p_bytes_formula(res.schedule, p, M)
         assert res.ledger_bytes == formula, res.schedule
         for wire, f in zip(res.wire, formula):
@@ -182,9 +194,9 @@ def test_simulated_compute_records_the_schedule():
         again = replay(res.events, 1.0, 2.0, 1.0, v, split)
         window = "rank" if res.schedule == "zb-h2" else "global"
         b = bubble_from_timeline(again, window=window)
-        expected = bubble(res.schedule, p, M, v, t_w=1.0).of_total
+        expected = bubble_formula(res.schedule, p, M, v)
         assert (b.max if window == "rank" else b.mean) == pytest.approx(expected, abs=1e-12)
-        assert res.peak_in_flight == _expected_in_flight(res.schedule, p, M)
+        assert measured_in_flight(res) == in_flight_formula(res.schedule, p, M, v)
 
 
 def test_deadlock_and_silent_swap_are_reported():

@@ -155,7 +155,10 @@ def _bytes_meters(ctx: Any, wire: bool, ledger: bool) -> Iterator[tuple[Any, Any
 
 def pp_worker(ctx: Any, experiments: list[dict]) -> list[StageRun]:
     """Several pipeline experiments in ONE launch (each dict = pipeline_step keyword args)."""
-    return [pipeline_step(ctx, **exp) for exp in experiments]
+    try:
+        return [pipeline_step(ctx, **exp) for exp in experiments]
+    finally:
+        gc.unfreeze()  # pipeline_step froze what existed; a warm rank runs other work next
 
 
 def merge(per_rank: Sequence[StageRun], exp: dict) -> PipelineRun:

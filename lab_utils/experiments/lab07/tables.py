@@ -1,20 +1,22 @@
 """Lab 07's numbers side by side: each schedule's formula next to its measurement, as table rows.
 
     bubble_formula(schedule, p, m, v)    idle fraction of the step (t_f = T_B = T_W, t_b = 2 t_f)
-    in_flight_formula(schedule, p, m, v) micro-batches (x chunks) each stage holds at its peak
-    measured_bubble(run)                 the matching measured number of a PipelineRun
-    schedule_rows / grad_rows / bytes_rows   rows for lab_utils.viz.show_table
+    in_flight_formula(schedule, p, m, v) activations each stage holds at its peak, in micro-batches
+                                         of one stage (interleaved chunks count 1/v each)
+    measured_bubble(run), measured_in_flight(run)   the matching measurements of a PipelineRun
+    schedule_rows / grad_rows / bytes_rows / timing_note   for lab_utils.viz.show_table
 
-Formulas (Huang et al. 2019; Narayanan et al. 2021 Sec. 2.2; Korthikanti et al. 2022 Sec. 4;
-Qi et al. 2023 Sec. 3.1), as lab_utils.calc.bubble states them, plus two this lab derives:
-  * ZB-H2's steady-state bubble (p-1)(t_f + T_B - 2 T_W) needs m >= 2p - 1: stage 0's first B
-    can start only 2p - 1 op times after its first F (F0 down p stages, B0 back up p - 1), and
-    it needs that many forwards to fill the wait. With fewer it idles 2p - 1 - m op times per
-    step (t_f = T_B = T_W), and in steady state every rank keeps its pace.
-  * in flight: GPipe m; 1F1B min(p - s, m); interleaved (in chunk activations, 1/v of a stage's
-    each) 2(p - 1 - r) + (v - 1) p + 1 on rank r, all m v when m = p (Megatron runs every
-    forward first then): p v + p - 1 on rank 0, i.e. 1 + (p-1)/(p v) times 1F1B's p stage
-    activations; ZB-H1 min(p, m) on every stage; ZB-H2 min(2p - 1, m).
+The formulas are lab_utils.calc's (``bubble``, ``peak_in_flight``: Huang et al. 2019; Narayanan
+et al. 2021 Sec. 2.2; Korthikanti et al. 2022 Sec. 4; Qi et al. 2023 Sec. 3), with two cases
+this lab derives for its ZB-H2 (``schedules.zero_bubble`` with k = 2):
+  * bubble: (p-1)(t_f + T_B - 2 T_W) is the steady state once m >= 2p - 1: stage 0's first B can
+    start only 2p - 1 op times after its first F (F0 down p stages, B0 back up p - 1), and it
+    needs that many forwards to fill the wait. With fewer it idles 2p - 1 - m op times per step
+    (t_f = T_B = T_W), and in steady state every rank keeps that pace.
+  * memory: every stage defers its W's by 2(p-1) rounds, so EVERY stage holds min(2p - 1, m)
+    micro-batches. calc.peak_in_flight gives 2(p-s) - 1 on stage s, the count when the stage's
+    first B arrives; running each W right after its B to keep that count brings back idle time
+    on this round structure (tests/test_pp.py::test_zb_h2_needs_its_deferred_w).
 """
 from __future__ import annotations
 
@@ -22,8 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
-from lab_utils.calc.activations import in_flight_microbatches
-from lab_utils.calc.pipeline import bubble
+from lab_utils.calc.pipeline import bubble, peak_in_flight
 
 
 def bubble_formula(schedule: str, p: int, m: int, v: int = 1) -> float:
@@ -32,17 +33,23 @@ def bubble_formula(schedule: str, p: int, m: int, v: int = 1) -> float:
     if schedule == "zb-h2" and m < 2 * p - 1:
         idle = 2 * p - 1 - m  # in op times
         return idle / (3 * m + idle)
-    return bubble(schedule, p, m, v if schedule == "interleaved" else 1, t_w=1.0).of_total
+    if schedule in ("zb-h1", "zb-h2"):
+        return bubble(schedule, p, m, t_f=1.0, t_b=2.0, t_w=1.0).of_total
+    return bubble(schedule, p, m, v if schedule == "interleaved" else 1).of_total
 
 
-def in_flight_formula(schedule: str, p: int, m: int, v: int = 1) -> list[int]:
-    """Peak micro-batches each stage (rank) holds; interleaved: in chunk activations."""
-    if schedule in ("gpipe", "1f1b"):
-        return [in_flight_microbatches(schedule, p, m, s) for s in range(p)]
-    if schedule == "interleaved":
-        return [m * v if m == p else min(2 * (p - 1 - r) + (v - 1) * p + 1, m * v)
-                for r in range(p)]
-    return [min((2 * p - 1) if schedule == "zb-h2" else p, m)] * p
+def in_flight_formula(schedule: str, p: int, m: int, v: int = 1) -> list[float]:
+    """Peak activations per stage, in micro-batches of one stage (calc.peak_in_flight; ZB-H2:
+    min(2p - 1, m) on every stage, see the module docstring)."""
+    if schedule == "zb-h2":
+        return [float(min(2 * p - 1, m))] * p
+    return [peak_in_flight(schedule, p, m, s, v if schedule == "interleaved" else 1)
+            for s in range(p)]
+
+
+def measured_in_flight(run: Any) -> list[float]:
+    """What the ranks counted, in micro-batches of one stage (an interleaved chunk is 1/v)."""
+    return [n / run.v for n in run.peak_in_flight]
 
 
 def measured_bubble(run: Any) -> float:
@@ -55,6 +62,10 @@ def label(run: Any) -> str:
     return run.schedule + (f" (v={run.v})" if run.v > 1 else "")
 
 
+def _fmt(xs: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{x:g}" for x in xs) + "]"
+
+
 def schedule_rows(runs: Sequence[Any]) -> list[dict]:
     """Bubble and memory per run: formula next to measured (simulated compute)."""
     rows = []
@@ -64,8 +75,8 @@ def schedule_rows(runs: Sequence[Any]) -> list[dict]:
         rows.append({"schedule": label(r), "m": r.m,
                      "bubble window": "steady" if r.schedule == "zb-h2" else "step",
                      "formula": f, "measured": meas, "diff": meas - f,
-                     "in flight (formula)": str(in_flight_formula(r.schedule, r.p, r.m, r.v)),
-                     "in flight (measured)": str(r.peak_in_flight)})
+                     "in flight (formula)": _fmt(in_flight_formula(r.schedule, r.p, r.m, r.v)),
+                     "in flight (measured)": _fmt(measured_in_flight(r))})
     return rows
 
 

@@ -143,7 +143,10 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
 
 def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
     """Several torch-schedule experiments in one launch (dicts of torch_pipeline_step kwargs)."""
-    return [torch_pipeline_step(ctx, **exp) for exp in experiments]
+    try:
+        return [torch_pipeline_step(ctx, **exp) for exp in experiments]
+    finally:
+        gc.unfreeze()  # torch_pipeline_step froze what existed; a warm rank runs other work next
 
 
 def run_torch_pipeline(experiments: list[dict], world_size: int,
