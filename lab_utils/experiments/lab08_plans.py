@@ -229,3 +229,44 @@ def source_claims() -> list[Claim]:
               / best512.step_s, "x slower",
               f"needs recompute={src512.recompute}; best: {best512.summary()}"),
     ]
+
+
+# -- the tiny runs' formulas (lab 08 sections 2 and 3) ------------------------------------------
+
+def formula_2d(variant: str, param_bytes: dict[str, int], b: int, s: int, h: int, n_layer: int,
+               d: int, t: int) -> dict[str, tuple[int, float]]:
+    """(calls, bytes one rank sends) per axis for one 2D step, fp32: ours = Megatron TP (2 + 2
+    all-reduces per layer) + one gradient all-reduce over dp; torch = apply_tp (q, k, v unfused:
+    6 per layer) + FSDP2 (blocks: 2 all-gathers + 1 reduce-scatter; root: 1 + 1)."""
+    one_ar = calc.ring_bytes_per_rank("all_reduce", t, b * s * h * 4)
+    if variant == "ours":
+        return {"tp": (4 * n_layer, n_layer * calc.tp_layer_comm(b, s, h, t, bytes_per_elem=4)
+                       .bytes_per_rank),
+                "dp": (1, calc.dp_bytes_per_rank(sum(param_bytes.values()), d, "ddp"))}
+    return {"tp": (6 * n_layer, 6 * n_layer * one_ar),
+            "dp": (3 * n_layer + 2, calc.dp_bytes_per_rank(param_bytes["blocks"], d, "fsdp")
+                   + 2 * calc.ring_bytes_per_rank("all_gather", d, param_bytes["root"]))}
+
+
+def formula_3d(layers: int, param_bytes: int, m: int, b: int, s: int, h: int, d: int, t: int
+               ) -> dict[str, tuple[int, float]]:
+    """(calls, bytes one rank sends) per axis for one 3D step, fp32: tp 4 all-reduces per layer
+    per micro-batch; pp one activation or gradient each way per micro-batch (m sends + m
+    receives, m activations sent); dp one all-reduce of the stage's gradients."""
+    return {"tp": (4 * m * layers, m * layers * calc.tp_layer_comm(b, s, h, t, bytes_per_elem=4)
+                   .bytes_per_rank),
+            "pp": (2 * m, m * calc.pp_bytes_per_microbatch(b, s, h, bytes_per_elem=4)),
+            "dp": (1, calc.dp_bytes_per_rank(param_bytes, d, "ddp"))}
+
+
+def axis_rows(comm: dict[str, Any], formula: dict[str, tuple[int, float]], **first: Any
+              ) -> list[dict]:
+    """formula | ledger | wire per axis (comm: experiments.lab08.AxisComm by axis)."""
+    rows = []
+    for axis, (calls, want) in formula.items():
+        c = comm[axis]
+        rows.append({**first, "axis": axis, "calls": " + ".join(f"{n} {op}" for op, n in c.ops.items()),
+                     "formula calls": calls, "formula": round(want), "ledger": round(c.ledger),
+                     "wire": c.wire, "gloo RS excess": round(c.op_bytes.get("reduce_scatter", 0.0)),
+                     "headers": c.headers})
+    return rows
