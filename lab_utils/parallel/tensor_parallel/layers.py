@@ -25,7 +25,7 @@ column-parallel head whose (B, T, V/t) logits go to comm.vocab_parallel_cross_en
 all-reduces of B*T values) instead of being gathered (an all-gather of B*T*V).
 
 Every module is built FROM the unsharded one by slicing its weights, so a sharded model can be
-checked against the original (``lab_utils.experiments.lab06.unshard`` gathers the weights or
+checked against the original (``lab_utils.experiments.unshard.unshard`` gathers the weights or
 gradients back under the original names).
 """
 from __future__ import annotations
