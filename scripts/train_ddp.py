@@ -1,6 +1,6 @@
 """A plain DDP training script, the shape you would run on a cluster (lab 04).
 
-    torchrun --standalone --nproc-per-node 2 scripts/train_ddp.py --steps 40 --ckpt /tmp/ddp_ckpt
+    torchrun --standalone --nproc-per-node 2 scripts/train_ddp.py --steps 40 --out /tmp/ddp_run
     # two nodes: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
     #            --rdzv-endpoint HOST:29500 scripts/train_ddp.py ...
 
@@ -9,14 +9,15 @@ MASTER_ADDR and MASTER_PORT in the environment; init_process_group reads them. T
 init_process_group -> model on this rank's device, wrapped in DDP -> DistributedSampler (a
 different shard per rank, set_epoch every epoch) -> train -> save a distributed checkpoint (DCP)
 -> load it back into a fresh model and optimizer to check it -> destroy_process_group.
-Self-contained (torch only), so you can copy it. ``--summary FILE`` makes rank 0 write the
-losses and the checkpoint check as JSON (what the lab and the tests read).
+Self-contained (torch only), so you can copy it. Writes <out>/checkpoint/ (the DCP files) and,
+on rank 0, <out>/results.json (the losses and the checkpoint check: what the lab and tests read).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -44,8 +45,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--batch-size", type=int, default=16, help="per rank")
     p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--ckpt", default="ddp_checkpoint", help="DCP checkpoint directory")
-    p.add_argument("--summary", default=None, help="rank 0 writes losses and checks here (JSON)")
+    p.add_argument("--out", type=Path, default=Path("ddp_run"), help="checkpoint/ and results.json")
     args = p.parse_args()
 
     use_cuda = torch.cuda.is_available()
@@ -84,14 +84,15 @@ def main() -> None:
 
     # Distributed checkpoint: every rank writes what it holds (replicated tensors only once).
     model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=args.ckpt)
+    checkpoint = args.out / "checkpoint"
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint)
 
     # Load it into a fresh model and optimizer, as a restarted job would, and compare.
     fresh = DDP(make_model().to(device), device_ids=[local_rank] if use_cuda else None)
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=args.lr)
     f_model_sd, f_optim_sd = get_state_dict(fresh, fresh_opt)
     state = {"model": f_model_sd, "optim": f_optim_sd}
-    dcp.load(state, checkpoint_id=args.ckpt)
+    dcp.load(state, checkpoint_id=checkpoint)
     set_state_dict(fresh, fresh_opt, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
@@ -100,11 +101,9 @@ def main() -> None:
 
     if rank == 0:
         print(f"{world} ranks, {args.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
-              f"checkpoint {args.ckpt} reloaded {'identically' if same_t.item() else 'WRONG'}")
-        if args.summary:
-            with open(args.summary, "w") as f:
-                json.dump({"world_size": world, "losses": losses,
-                           "checkpoint_reloaded": bool(same_t.item())}, f)
+              f"checkpoint {checkpoint} reloaded {'identically' if same_t.item() else 'WRONG'}")
+        (args.out / "results.json").write_text(json.dumps(
+            {"world_size": world, "losses": losses, "checkpoint_reloaded": bool(same_t.item())}))
     dist.destroy_process_group()
 
 
