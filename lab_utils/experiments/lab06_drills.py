@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_utils.data import token_batches
+from lab_utils.experiments.lab06 import maxdiff
 from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger
 from lab_utils.measure.simulated_link import simulated_link
@@ -27,10 +28,6 @@ from lab_utils.parallel.tensor_parallel import (TPRandom, full_dropout_masks,
                                                 replay_dropout_masks, seed_tensor_parallel,
                                                 set_recording, tensor_parallelize)
 from lab_utils.topology import Topology
-
-
-def maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.detach() - b.detach()).abs().max().item()
 
 
 # -- 4. ours vs parallelize_module ------------------------------------------------------------
