@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 BUILD  := build
 
-.PHONY: lab test test-unit bench doctor strip clean-venv browser-deps site
+.PHONY: lab test test-unit bench soak doctor strip clean-venv browser-deps site
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,10 +23,12 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# Everything CI checks: unit + multi-rank tests, then every notebook twice in quick mode
-# (nbval --nbval-lax, and papermill writing executed copies to build/executed/).
+# Everything CI checks, on $(JOBS) pytest-xdist workers: unit + multi-rank tests, and every
+# notebook twice (tests/test_notebooks.py): nbval in QUICK mode, papermill in FULL mode (a
+# learner's Run All).
+JOBS ?= 4
 test: $(STAMP) browser-deps
-	LAB_QUICK=1 $(PY) -m pytest -q -p no:cacheprovider tests labs --nbval-lax --nbval-current-env
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_notebooks.py
@@ -45,9 +47,13 @@ browser-deps:
 doctor: $(STAMP)
 	$(PY) -m lab_utils doctor
 
-# Speed goals (never timed tests): launcher overhead, ring all-reduce, DDP, bubbles, widgets.
+# Speed goals (never timed tests): launcher and pool, ring all-reduce, DDP, bubbles, widgets, CI split.
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The flake hunt: multi-rank test files 20 times, every notebook 5 times (quick), a table of failures.
+soak: $(STAMP)
+	$(PY) benchmarks/soak.py --test-runs 20 --notebook-runs 5 --jobs $(JOBS)
 
 # A static HTML copy of the executed course (quick mode), readable without running anything.
 site: $(STAMP)

@@ -5,12 +5,15 @@ imports it at start-up, so heavy modules (plotly, ipywidgets) load only in the
 sub-packages that need them (``lab_utils.viz``).
 
 Main entry points:
-    run(fn, world_size, *args, **kwargs)  launch fn on real ranks (lab 00)
+    run(fn, world_size, *args, **kwargs)  launch fn on real ranks (lab 00); warm ranks are reused
+    ranks(world_size)                     the warm pool of ranks: .run(fn), .shutdown()
     Ctx                                   what each rank's fn receives
+    %load_ext lab_utils                   the %%ranks cell magic (a cell on every rank)
 """
 from lab_utils.runtime.launch import RankFailure, RankTimeout, RunResults, run
+from lab_utils.runtime.pool import ranks
 
-__all__ = ["run", "Ctx", "RunResults", "RankFailure", "RankTimeout"]
+__all__ = ["run", "ranks", "Ctx", "RunResults", "RankFailure", "RankTimeout"]
 
 
 def __getattr__(name: str):
@@ -21,3 +24,10 @@ def __getattr__(name: str):
 
         return Ctx
     raise AttributeError(f"module 'lab_utils' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext lab_utils``: registers ``%%ranks`` and ``%ranks_pull``."""
+    from lab_utils.runtime.magic import load_ipython_extension as load
+
+    load(ipython)

@@ -37,9 +37,10 @@ def test_attention_scores_are_70_percent_at_gpt3():
 
 
 def test_tp_without_sp_leaves_10sbh_replicated():
-    big_t = activation_bytes_per_layer(S, B, H, A, tp=1024, recompute="selective")
+    # TP must divide the heads (issue 21), so the large-t limit uses 1024 heads of 12 dims.
+    big_t = activation_bytes_per_layer(S, B, H, 1024, tp=1024, recompute="selective")
     assert big_t == pytest.approx(SBH * (10 + 24 / 1024))
-    sp = activation_bytes_per_layer(S, B, H, A, tp=1024, sequence_parallel=True,
+    sp = activation_bytes_per_layer(S, B, H, 1024, tp=1024, sequence_parallel=True,
                                     recompute="selective")
     assert sp == pytest.approx(SBH * 34 / 1024)
 
@@ -86,3 +87,84 @@ def test_interleaved_factor_matches_simulated_peak(p, m, v):
 def test_activation_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- the Ultra-Scale Playbook's per-model totals: the embedding convention (issue 21) -------
+# Hugging Face, "The Ultra-Scale Playbook" (2025), figure "Memory Usage with Recomputation"
+# (src/fragments/memory-recomputation.html): activation memory of Llama 3.x 1B/3B/8B/70B/405B
+# at micro-batch 1 for sequences of 1024..8192 tokens, no / selective / full recomputation.
+# The bars' data (labelled GB, in fact GiB = 2**30 bytes) equal Korthikanti's per-layer
+# formula times L PLUS the embedding's s*b*h bytes: our embedding=True convention.
+PLAYBOOK_SEQ = (1024, 2048, 4096, 8192)
+PLAYBOOK_GIB = {
+    "none": {
+        "llama3.2-1b": (3.564453125, 12.12890625, 44.2578125, 168.515625),
+        "llama3.2-3b": (6.0732421875, 18.708984375, 63.66796875, 232.3359375),
+        "llama3-8b": (9.25390625, 28.5078125, 97.015625, 354.03125),
+        "llama3-70b": (46.2578125, 142.515625, 485.03125, 1770.0625),
+        "llama3.1-405b": (145.703125, 448.90625, 1527.8125, 5575.625)},
+    "selective": {
+        "llama3.2-1b": (1.064453125, 2.12890625, 4.2578125, 8.515625),
+        "llama3.2-3b": (2.7919921875, 5.583984375, 11.16796875, 22.3359375),
+        "llama3-8b": (4.25390625, 8.5078125, 17.015625, 34.03125),
+        "llama3-70b": (21.2578125, 42.515625, 85.03125, 170.0625),
+        "llama3.1-405b": (66.953125, 133.90625, 267.8125, 535.625)},
+    "full": {
+        "llama3.2-1b": (0.064453125, 0.12890625, 0.2578125, 0.515625),
+        "llama3.2-3b": (0.1669921875, 0.333984375, 0.66796875, 1.3359375),
+        "llama3-8b": (0.25390625, 0.5078125, 1.015625, 2.03125),
+        "llama3-70b": (1.2578125, 2.515625, 5.03125, 10.0625),
+        "llama3.1-405b": (3.953125, 7.90625, 15.8125, 31.625)},
+}
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+@pytest.mark.parametrize("model", ["llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b",
+                                   "llama3.1-405b"])
+def test_ultrascale_playbook_activation_totals(model, recompute):
+    from lab_utils.calc import PRESETS
+    cfg = PRESETS[model]
+    for s, printed in zip(PLAYBOOK_SEQ, PLAYBOOK_GIB[recompute][model]):
+        am = activation_memory(s, 1, cfg.hidden, cfg.n_heads, cfg.n_layers, recompute=recompute,
+                               embedding=True)
+        assert am.total / GiB == printed                      # the figure's data, bit for bit
+        assert f"{am.total / GiB:.1f}" == f"{printed:.1f}"     # its hover text (%{y:.1f})
+        without = activation_memory(s, 1, cfg.hidden, cfg.n_heads, cfg.n_layers,
+                                    recompute=recompute)
+        assert am.total - without.total == s * cfg.hidden     # the embedding: s b h bytes
+
+
+def test_embedding_term_follows_korthikanti_section_4_3():
+    # First stage of 1F1B holds p micro-batches: s b h p / t with sequence parallelism.
+    am = activation_memory(S, B, H, A, L, tp=T, pp=8, n_micro=64, sequence_parallel=True,
+                           recompute="selective", embedding=True)
+    assert am.embedding == SBH * 8 / T
+    assert activation_memory(S, B, H, A, L, tp=T, pp=8, n_micro=64, stage=3,
+                             embedding=True).embedding == 0   # only the first stage embeds
+
+
+def test_flash_attention_drops_the_score_term_and_makes_growth_linear():
+    # FlashAttention (Dao et al. 2022) keeps no s x s scores: the 5as/h term goes, 34 stays.
+    assert activation_bytes_per_layer(S, B, H, A, flash_attention=True) == SBH * 34
+    assert activation_bytes_per_layer(S, B, H, A, T, True, flash_attention=True) == \
+        activation_bytes_per_layer(S, B, H, A, T, True, "selective")
+    # Review example: Llama-2-7B, seq 8192 vs 2048: 12.4x with the scores, 4x without them.
+    h, a = 4096, 32
+    ratio = activation_bytes_per_layer(8192, 1, h, a) / activation_bytes_per_layer(2048, 1, h, a)
+    flash = (activation_bytes_per_layer(8192, 1, h, a, flash_attention=True)
+             / activation_bytes_per_layer(2048, 1, h, a, flash_attention=True))
+    assert round(ratio, 1) == 12.4 and flash == 4.0
+    assert round(activation_bytes_per_layer(8192, 1, h, a) / 1e9, 1) == 11.9   # GB per layer
+    assert round(activation_bytes_per_layer(8192, 1, h, a) * 32 / 1e9) == 380  # 32 layers
+
+
+@pytest.mark.parametrize("p, m, v", [(4, 8, 2), (4, 8, 4), (8, 16, 2), (4, 4, 2)])
+def test_interleaved_memory_on_every_stage_matches_the_simulation(p, m, v):
+    # Interleaving raises memory on EVERY stage, the last one most in relative terms
+    # (review: lab 10's "use the interleaved schedule" as a stage-0 fix is wrong).
+    peaks = schedule("interleaved", p, m, v).peak_in_flight
+    for stage in range(p):
+        am = activation_memory(S, B, H, A, L, pp=p, n_micro=m, virtual_stages=v, stage=stage)
+        assert am.in_flight * am.interleave_factor == pytest.approx(peaks[stage] / v)
+        plain = activation_memory(S, B, H, A, L, pp=p, n_micro=m, stage=stage)
+        assert am.total >= plain.total

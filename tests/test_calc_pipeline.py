@@ -125,3 +125,50 @@ def test_bubble_from_measured_timeline_dicts():
 def test_pipeline_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# --- peak in-flight micro-batches and bubble of all six schedules (issue 21) ------------
+from lab_utils.calc import SCHEDULES, p2p_factor, peak_in_flight, pipeline_facts  # noqa: E402
+
+
+@pytest.mark.parametrize("p, m", CASES)
+def test_peak_in_flight_closed_form_equals_simulation(p, m):
+    # GPipe m, 1F1B min(p-s, m), ZB-H1 min(p, m) on every stage (W deferred; Qi et al. 2023).
+    for name in ("gpipe", "1f1b"):
+        sim = schedule(name, p, m).peak_in_flight
+        assert tuple(peak_in_flight(name, p, m, s) for s in range(p)) == sim
+    sim = schedule("zb-h1", p, m, t_f=1.0, t_b=2.0, t_w=1.0).peak_in_flight
+    assert tuple(peak_in_flight("zb-h1", p, m, s) for s in range(p)) == sim
+
+
+@pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (4, 4, 2), (8, 16, 2),
+                                     (4, 12, 3)])
+def test_interleaved_peak_equals_simulation(p, m, v):
+    sim = schedule("interleaved", p, m, v).peak_in_flight          # in chunks of 1/v stage
+    assert tuple(peak_in_flight("interleaved", p, m, s, v) * v for s in range(p)) == sim
+    if m > p:  # Korthikanti et al. 2022 Sec. 4: the first stage holds p (1 + (p-1)/(p v))
+        assert peak_in_flight("interleaved", p, m, 0, v) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_zero_bubble_schedules_qi_et_al_2023():
+    # Qi et al. 2023 (ZB-H1, ZB-H2: Sec. 2 and Table 2; ZB-V: the authors' comparison at
+    # T_F = T_B = T_W): bubble (p-1)/m, (p-1)/(3m), 0, 0; activation memory 1x, 1x, 2x, 1x
+    # of 1F1B (p, p, 2p-1, p micro-batches on the busiest stage); p2p traffic 2x for ZB-V.
+    p, m = 8, 32
+    eq = dict(t_f=1.0, t_b=2.0, t_w=1.0)
+    rows = {name: pipeline_facts(name, p, m, **({} if name in ("1f1b", "gpipe") else eq))
+            for name in ("1f1b", "zb-h1", "zb-h2", "zb-v")}
+    assert rows["1f1b"].bubble.of_ideal == pytest.approx((p - 1) / m)
+    assert rows["zb-h1"].bubble.of_ideal == pytest.approx((p - 1) / (3 * m))
+    assert rows["zb-h2"].bubble.of_ideal == 0 and rows["zb-v"].bubble.of_ideal == 0
+    assert [rows[k].peak for k in ("1f1b", "zb-h1", "zb-h2", "zb-v")] == [p, p, 2 * p - 1, p]
+    assert rows["zb-h2"].peak_per_stage == tuple(float(2 * (p - s) - 1) for s in range(p))
+    assert rows["zb-v"].peak_per_stage == (float(p),) * p          # balanced over workers
+    assert [rows[k].p2p_factor for k in ("1f1b", "zb-h1", "zb-h2", "zb-v")] == [1, 1, 1, 2]
+    assert p2p_factor("interleaved", v=4) == 4                     # v p - 1 chunk boundaries
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"}
+
+
+def test_peak_in_flight_with_few_microbatches():
+    assert [peak_in_flight("zb-h2", 4, 2, s) for s in range(4)] == [2, 2, 2, 1]
+    assert peak_in_flight("gpipe", 4, 2, 3) == 2 and peak_in_flight("zb-v", 4, 2) == 2

@@ -84,3 +84,32 @@ def test_import_lab_utils_does_not_import_torch():
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert res.returncode == 0 and res.stdout.strip() == "Ctx", res.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_node_rehearsal_matches_one_four_rank_node():
+    """The pre-flight check before a cluster workshop: the printed multi-node command, run as two
+    torchrun agents (two "nodes") on this machine, gives the same result as one 4-rank node."""
+    import re
+
+    from lab_utils import run
+    from lab_utils.experiments.lab00 import allreduce_demo
+
+    endpoint = f"127.0.0.1:{_free_port()}"
+    cmd = torchrun_cluster_command("lab_utils.experiments.lab00:allreduce_demo", 2, 2, endpoint, "gloo", 60)
+    cmd[0:1] = [sys.executable, "-m", "torch.distributed.run"]
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    nodes = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    outs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), "\n".join(o[-1500:] for o in outs)
+    found = {int(r): eval(v) for o in outs for r, v in re.findall(r"\[rank (\d)\] result: (\{.*\})", o)}
+    assert sorted(found) == [0, 1, 2, 3], outs
+    assert [found[r] for r in range(4)] == list(run(allreduce_demo, 4, quiet=True))

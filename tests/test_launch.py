@@ -13,15 +13,39 @@ import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
 from lab_utils.runtime.launch import oversubscription_note
+from lab_utils.runtime.pool import current as current_pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+OWNER = "LAB_UTILS_TEST_OWNER"
+os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
+
+
 def worker_pids() -> list[int]:
-    """PIDs of processes still running a lab_utils worker (there should be none between runs)."""
-    out = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
-    return [int(line.split()[0]) for line in out.splitlines()
-            if "lab_utils/runtime/worker.py" in line and line.split()[1][0] != "Z"]
+    """PIDs of agents and ranks that THIS test process started and that still run, other than its
+    warm pool (whose ranks are meant to stay between runs). Other test workers' and notebooks'
+    ranks do not count: they do not carry this process's mark."""
+    pool = current_pool()
+    keep = {pool.agent.proc.pid, *pool.pids.values()} if pool is not None and pool.agent.running() else set()
+    mark = f"{OWNER}={os.getpid()}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"lab_utils/runtime/worker.py" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if int(pid) not in keep:
+            found.append(int(pid))
+    return found
 
 
 def no_workers_left(within_s: float = 5.0) -> bool:
@@ -101,10 +125,9 @@ def raise_on_rank_2(ctx):
 
 
 def test_a_raising_rank_is_named_with_its_traceback_and_all_ranks_go():
-    start = time.perf_counter()
     with pytest.raises(RankFailure) as info:
         run(raise_on_rank_2, 4, quiet=True, timeout_s=60)
-    elapsed = time.perf_counter() - start
+    elapsed = info.value.elapsed_s  # the ranks' work only (a warm pool may have started first)
     message = str(info.value)
     assert message.startswith("rank 2 raised ValueError: bad value on purpose")
     assert "raise_on_rank_2" in message and "Traceback" in message  # the original traceback
@@ -122,10 +145,9 @@ def stuck_in_recv(ctx):
 
 
 def test_a_stuck_rank_ends_at_the_timeout_and_is_named():
-    start = time.perf_counter()
     with pytest.raises(RankTimeout) as info:
         run(stuck_in_recv, 2, quiet=True, timeout_s=20)
-    elapsed = time.perf_counter() - start
+    elapsed = info.value.elapsed_s
     assert info.value.unfinished == [0]
     assert str(info.value).startswith("rank 0 did not finish")
     assert "Finished: rank 1" in str(info.value)
@@ -139,12 +161,11 @@ def test_deadline_kills_a_rank_that_never_reaches_a_collective():
             time.sleep(60)
         return ctx.rank
 
-    start = time.perf_counter()
     with pytest.raises(RankTimeout, match="deadline of 10 s") as info:
         run(sleeper, 2, quiet=True, timeout_s=10, pg_timeout_s=30)
     assert info.value.unfinished == [1]
     assert "in sleeper" in str(info.value), "the message shows where the rank was waiting"
-    assert time.perf_counter() - start < 10 + 6
+    assert info.value.elapsed_s < 10 + 6
     assert no_workers_left()
 
 
@@ -188,7 +209,7 @@ def test_twenty_launches_twenty_clean_exits():
     teardown must make every exit clean (each rank reports after teardown, then leaves)."""
     unclean = []
     for i in range(20):
-        results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True)
+        results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True, cold=True)
         if not results.clean_exit:
             unclean.append(i)
     assert unclean == []
@@ -224,7 +245,7 @@ def exits_silently_on_rank_1(ctx):
 def test_a_rank_that_dies_silently_is_named_not_its_victims():
     with pytest.raises(RankFailure) as info:
         run(exits_silently_on_rank_1, 3, quiet=True, timeout_s=60)
-    assert info.value.dead == [1]
+    assert info.value.dead == [1], str(info.value)
     assert str(info.value).startswith("rank 1 died without reporting an error")
     assert "about to vanish" in str(info.value)
     assert 1 not in info.value.tracebacks

@@ -1,22 +1,28 @@
-"""Every lab notebook: follows the conventions, and runs top to bottom in quick mode.
+"""Every lab notebook: follows the conventions, and runs top to bottom twice.
 
-nbval (`--nbval-lax`, collected from labs/ by the test command) executes each notebook too;
-this file adds the papermill run with QUICK=True, writing the executed copy to
-build/executed/ (the static site is built from those copies).
+* QUICK mode (CI's shortcut) under nbval (`--nbval-lax`; cells marked `# NBVAL_CHECK_OUTPUT` must
+  reproduce their saved output), in a pytest of its own per notebook, so the test run's workers
+  (pytest-xdist) can take different notebooks at once;
+* FULL mode with papermill, exactly what a learner's Run All in JupyterLab does; the executed
+  copy goes to build/executed/full/.
+Both must pass.
 """
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from lab_utils.tools.nbtools import execute_quick, problems
+from lab_utils.tools.nbtools import execute, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
-EXECUTED = ROOT / "build" / "executed"
-TIMINGS = EXECUTED / "timings.json"  # read by benchmarks/bench_labs.py; speed is not asserted here
+EXECUTED = ROOT / "build" / "executed" / "full"
+TIMINGS = EXECUTED / "timings"  # one file per lab (parallel workers), read by benchmarks/bench_ci.py
 
 
 def test_labs_exist_in_order():
@@ -31,10 +37,17 @@ def test_conventions(path):
 
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
-def test_quick_mode_runs(path):
-    EXECUTED.mkdir(parents=True, exist_ok=True)
+def test_quick_mode_runs_under_nbval(path):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+           "--nbval-current-env", str(path.relative_to(ROOT))]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                         env=dict(os.environ, LAB_QUICK="1"))
+    assert res.returncode == 0, f"nbval failed on {path.name} (quick mode):\n{res.stdout[-6000:]}{res.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
+def test_full_mode_runs(path):
+    TIMINGS.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    execute_quick(path, EXECUTED / path.name)
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
-    timings[path.stem] = round(time.perf_counter() - start, 1)
-    TIMINGS.write_text(json.dumps(timings, indent=1, sort_keys=True))
+    execute(path, EXECUTED / path.name, quick=False)
+    (TIMINGS / f"{path.stem}.json").write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}))

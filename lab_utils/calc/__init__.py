@@ -2,36 +2,57 @@
 
 No torch, no torch.distributed: every function is plain Python on numbers, returns BYTES /
 SECONDS / FRACTIONS, and raises ``ValueError`` with a readable message on bad input (widgets
-show it). Each docstring gives the formula, its source and the lab that introduces it.
+show it). Every input goes through ``_check`` (one mechanism: bools, floats for ints, NaN,
+inf and 10**400 are refused by name); ``tests/test_calc_validation.py`` fuzzes every
+function listed in ``__all__``. Each docstring gives the formula, its source and the lab.
 
-    units        GB, GiB, fmt_bytes                               (lab 01)
-    params       ModelConfig, param_count, PRESETS                (lab 01)
-    memory       model_state_memory, RECIPES (ZeRO 0-3)           (labs 01, 05)
-    activations  activation_bytes_per_layer, activation_memory    (labs 01, 02, 06, 07)
-    comm         ring_bytes_per_rank, collective_time, busbw      (labs 03-08)
-    pipeline     bubble, schedule (ideal timelines)               (lab 07)
-    timeline     bubble_from_timeline (measured or simulated)     (labs 07, 10)
-    scaling      amdahl_speedup, fit_serial_fraction, mfu         (lab 10)
-    hardware     DEVICES, LINKS, Cluster                          (labs 03, 08, 10)
-    planner      plan, check_config                               (labs 08, 12)
+    units         GB, GiB, fmt_bytes                                  (lab 01)
+    params        ModelConfig, param_count, PRESETS                   (lab 01)
+    memory        model_state_memory, RECIPES (ZeRO 0-3)              (labs 01, 05)
+    activations   activation_bytes_per_layer, activation_memory       (labs 01, 02, 06, 07)
+    checkpointing checkpoint_segments, optimal_segments (sqrt n)      (lab 02)
+    comm          ring_bytes_per_rank, collective_time, busbw         (labs 03-08)
+    pipeline      bubble, peak_in_flight, pipeline_facts (6 schedules) (lab 07)
+    pipeline_sim  schedule (ideal timelines), Event                   (lab 07)
+    timeline      bubble_from_timeline (measured or simulated)        (labs 07, 10)
+    scaling       amdahl_speedup, fit_serial_fraction, mfu            (lab 10)
+    flops         model vs hardware FLOPs, MFU and HFU (Korthikanti)  (lab 10)
+    training      time_to_train: days, GPU-hours, cost (Narayanan)    (labs 10, 12)
+    hardware      DEVICES, LINKS, Cluster                             (labs 03, 08, 10)
+    planner       plan, check_config                                  (labs 08, 12)
+    layouts       Llama 3 405B Table 4, layout_memory                 (labs 08, 12)
+    deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
 """
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
-                                        activation_memory, in_flight_microbatches)
+                                        activation_memory, embedding_activation_bytes,
+                                        in_flight_microbatches)
+from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
                                  fit_alpha_beta, pp_bytes_per_microbatch, ring_bytes_per_rank,
                                  tp_layer_comm)
+from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
+                                     DeepSeekV3Params, deepseek_v3_params,
+                                     deepseek_v3_stage_memory)
+from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilization,
+                                  flops_utilization, hfu_over_mfu, megatron_hardware_flops,
+                                  megatron_model_flops)
 from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
+from lab_utils.calc.layouts import LLAMA3_405B_TABLE4, LayoutMemory, LlamaRun, layout_memory
 from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
                                    model_state_memory, zero_memory_table)
 from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, ModelConfig, ParamCount,
                                    narayanan_param_count, param_count, preset)
-from lab_utils.calc.pipeline import Bubble, Event, Schedule, bubble, schedule
+from lab_utils.calc.pipeline import (SCHEDULES, Bubble, PipelineFacts, bubble, p2p_factor,
+                                     peak_in_flight, pipeline_facts)
+from lab_utils.calc.pipeline_sim import Event, Schedule, schedule
 from lab_utils.calc.planner import Plan, best_per_layout, check_config, evaluate, plan
 from lab_utils.calc.scaling import (SerialFit, amdahl_limit, amdahl_speedup,
                                     fit_serial_fraction, flops_per_token, gustafson_speedup,
                                     megatron_flops_per_step, mfu)
 from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
+from lab_utils.calc.training import (NARAYANAN_SEC51, NarayananEstimate, TrainingTime,
+                                     mfu_from_gpu_hours, time_to_train)
 from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 
 __all__ = [
@@ -41,16 +62,24 @@ __all__ = [
     "Recipe", "RECIPES", "ModelStateMemory", "model_state_memory", "zero_memory_table",
     "max_params_that_fit",
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
-    "in_flight_microbatches",
+    "embedding_activation_bytes", "in_flight_microbatches",
+    "checkpoint_segments", "optimal_segments", "CheckpointPlan",
     "ring_bytes_per_rank", "collective_time", "alg_bandwidth", "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",
-    "Bubble", "bubble", "Event", "Schedule", "schedule", "TimelineBubble",
-    "bubble_from_timeline",
+    "Bubble", "bubble", "SCHEDULES", "peak_in_flight", "p2p_factor", "pipeline_facts",
+    "PipelineFacts", "Event", "Schedule", "schedule", "TimelineBubble", "bubble_from_timeline",
     "amdahl_speedup", "amdahl_limit", "gustafson_speedup", "fit_serial_fraction", "SerialFit",
     "flops_per_token", "mfu", "megatron_flops_per_step",
+    "megatron_model_flops", "megatron_hardware_flops", "flops_utilization", "Utilization",
+    "hfu_over_mfu", "KORTHIKANTI_TABLE4", "KorthikantiRun",
+    "time_to_train", "TrainingTime", "mfu_from_gpu_hours", "NARAYANAN_SEC51",
+    "NarayananEstimate",
     "Device", "DEVICES", "Link", "LINKS", "Cluster", "dgx_a100", "dgx_h100",
     "Plan", "evaluate", "plan", "check_config", "best_per_layout",
+    "layout_memory", "LayoutMemory", "LLAMA3_405B_TABLE4", "LlamaRun",
+    "deepseek_v3_params", "DeepSeekV3Params", "DEEPSEEK_V3", "DeepSeekBudget",
+    "DEEPSEEK_V3_RECIPE", "deepseek_v3_stage_memory",
 ]
 
 # Mixture of Experts (lab 09): total vs active parameters, memory under EP x DP (x PP), all-to-all.

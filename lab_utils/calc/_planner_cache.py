@@ -22,7 +22,8 @@ from functools import lru_cache
 from math import ceil
 
 from lab_utils.calc._check import pos_num
-from lab_utils.calc.activations import RECOMPUTE, activation_bytes_per_layer
+from lab_utils.calc._layout_rules import _stage_params, kv_heads_messages
+from lab_utils.calc.activations import RECOMPUTE, _layer_bytes
 from lab_utils.calc.comm import collective_time
 from lab_utils.calc.hardware import Cluster
 from lab_utils.calc.memory import RECIPES, Recipe, model_state_memory
@@ -70,7 +71,6 @@ def _tables(cfg: ModelConfig, cluster: Cluster, seq_len: int, micro_batches: tup
             allow_tp_across_nodes: bool) -> tuple:
     """Per layout, in ``plan``'s enumeration order, the terms that do not depend on the
     global batch (see ``evaluate`` for the formulas and their sources)."""
-    from lab_utils.calc.planner import _stage_params
     world, gpn = cluster.world, cluster.gpus_per_node
     h, s, a = cfg.hidden, seq_len, cfg.n_heads
     pc = param_count(cfg)
@@ -86,7 +86,9 @@ def _tables(cfg: ModelConfig, cluster: Cluster, seq_len: int, micro_batches: tup
         if tp_inter:
             tp_msg = (f"TP={tp} spans {ceil(tp / gpn)} nodes: TP all-reduces (every layer) "
                       "cross the slow inter-node link",)
-        problems0, warnings0 = ((), tp_msg) if allow_tp_across_nodes else (tp_msg, ())
+        kv_problems, kv_warnings = kv_heads_messages(cfg, tp)  # same order as evaluate()
+        problems0, warnings0 = ((kv_problems, kv_warnings + tp_msg) if allow_tp_across_nodes
+                                else (kv_problems + tp_msg, kv_warnings))
         sp = tp > 1
         tp_bw, tp_lat = inter if tp_inter else intra
         per_mb = []
@@ -97,9 +99,8 @@ def _tables(cfg: ModelConfig, cluster: Cluster, seq_len: int, micro_batches: tup
             logits = 4 * s * b * cfg.vocab_size / tp
             rcs = []
             for rc in recomputes:
-                per_layer = activation_bytes_per_layer(s, b, h, a, tp, sp, rc)
-                work = (activation_bytes_per_layer(s, b, h, a, tp, sp, "none")
-                        if rc != "none" else 0.0)
+                per_layer = _layer_bytes(s, b, h, a, tp, sp, rc)
+                work = _layer_bytes(s, b, h, a, tp, sp, "none") if rc != "none" else 0.0
                 rcs.append((rc, per_layer, work))
             per_mb.append((b, logits, tp_ct, pp_unit, rcs))
         for pp in divisors(world // tp):

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import choice, line_fit, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import (boolean, choice, line_fit, nonneg_num, pos_int, pos_num,
+                                   sequence)
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send_recv")
@@ -165,6 +166,8 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
     b, s, h, t = (pos_int("micro_batch", micro_batch), pos_int("seq_len", seq_len),
                   pos_int("hidden", hidden), pos_int("tp", tp))
     e = pos_int("bytes_per_elem", bytes_per_elem)
+    sequence_parallel = boolean("sequence_parallel", sequence_parallel)
+    backward = boolean("backward", backward)
     choice("recompute", recompute, ("none", "selective", "full"))
     n_ar = 2 + (2 if backward else 0) + (2 if backward and recompute == "full" else 0)
     msg = b * s * h * e
@@ -205,16 +208,14 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
     Use it on a sweep of message sizes (lab 03): alpha is the latency seen at small
     messages, 1/beta the bandwidth reached at large ones. Ordinary least squares, closed form.
     """
-    xs, ys = list(sizes_bytes), list(times_s)
+    xs = sequence("sizes_bytes", sizes_bytes, lambda _, x: nonneg_num("each size in sizes_bytes",
+                                                                      x))
+    ys = sequence("times_s", times_s, lambda _, y: nonneg_num("each time in times_s", y))
     if len(xs) != len(ys):
         raise ValueError(f"sizes_bytes has {len(xs)} values but times_s has {len(ys)}; "
                          "pass one time per message size")
     if len(xs) < 2:
         raise ValueError("need at least 2 (size, time) measurements to fit alpha and beta")
-    for x in xs:
-        nonneg_num("each size in sizes_bytes", x)
-    for y in ys:
-        nonneg_num("each time in times_s", y)
     if len(set(xs)) < 2:
         raise ValueError("all message sizes are equal; measure at least two different sizes")
     alpha, beta, r2 = line_fit(xs, ys)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import nonneg_num, pos_int, pos_num, text
 from lab_utils.calc.units import GB, GiB
 
 
@@ -23,6 +23,12 @@ class Device:
     mem_bandwidth: float
     source: str
 
+    def __post_init__(self) -> None:
+        text("Device.name", self.name)
+        for f in ("peak_flops", "memory_bytes", "mem_bandwidth"):
+            pos_num(f"Device.{f}", getattr(self, f))
+        text("Device.source", self.source)
+
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("V100-SXM2-32GB", 125e12, 32 * GB, 900e9,
@@ -35,6 +41,9 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            "NVIDIA H100 datasheet (bf16 dense; 1513 with sparsity)"),
     Device("H100-SXM5-80GB", 989e12, 80 * GB, 3.35e12,
            "NVIDIA H100 datasheet (bf16 dense; 1979 with sparsity)"),
+    Device("H800-SXM-80GB", 989e12, 80 * GB, 3.35e12,
+           "NVIDIA H800 (export variant of H100 SXM: same bf16 dense compute, NVLink cut to "
+           "400 GB/s); DeepSeek-V3's GPU"),
     Device("H200-SXM-141GB", 989e12, 141 * GB, 4.8e12,
            "NVIDIA H200 datasheet (bf16 dense; same compute as H100 SXM)"),
     Device("MI300X", 1307.4e12, 192 * GB, 5.3e12, "AMD Instinct MI300X datasheet (bf16 dense)"),
@@ -49,6 +58,11 @@ class Link:
     name: str
     bytes_per_s: float
     note: str
+
+    def __post_init__(self) -> None:
+        text("Link.name", self.name)
+        pos_num("Link.bytes_per_s", self.bytes_per_s)
+        text("Link.note", self.note)
 
 
 LINKS: dict[str, Link] = {k.name: k for k in (
@@ -91,6 +105,7 @@ class Cluster:
             pos_num(f"Cluster.{f}", getattr(self, f))
         nonneg_num("Cluster.intra_node_latency_s", self.intra_node_latency_s)
         nonneg_num("Cluster.inter_node_latency_s", self.inter_node_latency_s)
+        text("Cluster.name", self.name)
 
     @property
     def world(self) -> int:

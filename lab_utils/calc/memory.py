@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, nonneg_num, pos_int
+from lab_utils.calc._check import (boolean, choice, int_choice, nonneg_num, pos_int,
+                                   sequence, text)
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class Recipe:
     master: float
     optimizer: float
     source: str
+
+    def __post_init__(self) -> None:
+        text("Recipe.name", self.name)
+        for field in ("weights", "grads", "master", "optimizer"):
+            nonneg_num(f"Recipe.{field}", getattr(self, field))
+        text("Recipe.source", self.source)
 
     @property
     def per_param(self) -> float:
@@ -71,8 +78,8 @@ def recipe(name: str | Recipe) -> Recipe:
     """Resolve a recipe by name (see ``RECIPES``) or pass a ``Recipe`` through."""
     if isinstance(name, Recipe):
         return name
-    choice("recipe", name, RECIPES)
-    return RECIPES[name]
+    choice("recipe", name, list(RECIPES))
+    return RECIPES[name]  # type: ignore[index]
 
 
 @dataclass(frozen=True)
@@ -117,11 +124,11 @@ def model_state_memory(n_params: float, recipe_name: str | Recipe = "mixed_adam"
     al. 2021); the host copy is still sharded over dp when zero_stage >= 1.
     Introduced in lab 01 (stage 0), sharded in lab 05, combined with TP/PP in lab 08.
     """
-    nonneg_num("n_params", n_params)
+    n_params = nonneg_num("n_params", n_params)
     r = recipe(recipe_name)
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (0 = plain DDP), got {zero_stage!r}")
+    zero_stage = int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
     dp, tp, pp = pos_int("dp", dp), pos_int("tp", tp), pos_int("pp", pp)
+    offload_optimizer = boolean("offload_optimizer", offload_optimizer)
     psi = n_params / (tp * pp)
     # Stage k shards everything from "optimizer" up to its own bucket; the rest is replicated.
     opt_div = dp if zero_stage >= 1 else 1
@@ -139,6 +146,7 @@ def zero_memory_table(n_params: float, dps: tuple[int, ...] = (1, 4, 16, 64, 256
                       recipe_name: str | Recipe = "mixed_adam") -> dict[int, tuple[float, ...]]:
     """Per-rank bytes for stages (1, 2, 3) at each dp degree: ZeRO paper Table 1 layout
     (Rajbhandari et al. 2020, Table 1, columns P_os, P_os+g, P_os+g+p). Lab 05."""
+    sequence("dps", dps, pos_int, min_len=1)
     return {dp: tuple(model_state_memory(n_params, recipe_name, s, dp).total for s in (1, 2, 3))
             for dp in dps}
 

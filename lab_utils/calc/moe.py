@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import nonneg_int, pos_int, pos_num
+from lab_utils.calc._check import boolean, instance, int_choice, nonneg_int, pos_int, pos_num, text
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.calc.memory import Recipe, model_state_memory
+from lab_utils.calc.memory import Recipe, model_state_memory, recipe as resolve_recipe
 
 
 def gqa_attention_params(hidden: int, n_heads: int, n_kv_heads: int | None = None,
@@ -76,6 +76,10 @@ class MoEConfig:
     source: str = ""
 
     def __post_init__(self) -> None:
+        text("MoEConfig.name", self.name)
+        text("MoEConfig.source", self.source)
+        for f in ("gated", "router_bias", "tied_embeddings"):
+            boolean(f"MoEConfig.{f}", getattr(self, f))
         for f in ("vocab_size", "hidden", "n_layers", "attention_params", "n_experts", "top_k",
                   "expert_ffn"):
             pos_int(f"MoEConfig.{f}", getattr(self, f))
@@ -123,6 +127,7 @@ class MoEParamCount:
     def active(self, count_embedding: bool = True) -> int:
         """Parameters one token's forward pass uses: all but the routed experts, plus k of them
         per MoE layer; without the input embedding table if ``count_embedding`` is False."""
+        count_embedding = boolean("count_embedding", count_embedding)
         act = self.non_expert + self.n_moe_layers * self.top_k * self.expert_size
         return act if count_embedding else act - self.embedding
 
@@ -133,6 +138,7 @@ def moe_param_count(cfg: MoEConfig) -> MoEParamCount:
     total / 12.88B active (Mistral AI 2023: 46.7B / 12.9B); DeepSeek-V3 671.0B total, 36.6B
     active without the embedding table (DeepSeek-AI 2024, arXiv 2412.19437: 671B / 37B). Lab 09.
     """
+    cfg = instance("cfg", cfg, MoEConfig, "MOE_PRESETS['mixtral-8x7b']")
     h, n_mats = cfg.hidden, 3 if cfg.gated else 2
     expert = n_mats * h * cfg.expert_ffn
     moe = cfg.n_moe_layers
@@ -201,7 +207,10 @@ def moe_memory_per_rank(cfg: MoEConfig, ep: int, dp: int = 1, pp: int = 1,
     with ``model_state_memory`` for the bytes of each (ZeRO, Rajbhandari et al. 2020, Sec. 5).
     The trap: memory follows TOTAL parameters; active ones only set the FLOPs. Lab 09.
     """
+    cfg = instance("cfg", cfg, MoEConfig, "MOE_PRESETS['mixtral-8x7b']")
     ep, dp, pp = pos_int("ep", ep), pos_int("dp", dp), pos_int("pp", pp)
+    zero_stage = int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
+    recipe = resolve_recipe(recipe)
     if cfg.n_experts % ep:
         raise ValueError(f"{cfg.n_experts} experts cannot be split evenly over ep={ep} ranks: "
                          "pick an ep that divides the number of experts")
@@ -252,9 +261,11 @@ def all_to_all_bytes_per_layer(tokens_per_rank: int, hidden: int, top_k: int, ep
     t, h = pos_int("tokens_per_rank", tokens_per_rank), pos_int("hidden", hidden)
     k, ep = pos_int("top_k", top_k), pos_int("ep", ep)
     g = pos_int("gpus_per_node", gpus_per_node)
+    dispatch_bytes = pos_num("dispatch_bytes", dispatch_bytes)
+    combine_bytes = pos_num("combine_bytes", combine_bytes)
     rows = t * k * (pos_num("padded_capacity_factor", padded_capacity_factor)
                     if padded_capacity_factor is not None else 1)
-    send = lambda b: ring_bytes_per_rank("all_to_all", ep, rows * h * pos_num("bytes", b))  # noqa: E731
+    send = lambda b: ring_bytes_per_rank("all_to_all", ep, rows * h * b)  # noqa: E731
     inter = max(0, ep - g) / (ep - 1) if ep > 1 else 0.0
     return AllToAllVolume(dispatch=send(dispatch_bytes), combine=send(combine_bytes),
                           rows_per_rank=rows, inter_node_fraction=inter)

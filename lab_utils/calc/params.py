@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, pos_int
+from lab_utils.calc._check import boolean, choice, instance, pos_int, text
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,11 @@ class ModelConfig:
             pos_int("ModelConfig.n_kv_heads", self.n_kv_heads)
         if self.ffn_hidden is not None:
             pos_int("ModelConfig.ffn_hidden", self.ffn_hidden)
+        for flag in ("gated_mlp", "tied_embeddings", "bias"):
+            boolean(f"ModelConfig.{flag}", getattr(self, flag))
         choice("ModelConfig.position", self.position, ("learned", "rope", "none"))
         choice("ModelConfig.norm", self.norm, ("layernorm", "rmsnorm"))
+        text("ModelConfig.name", self.name)
         if self.hidden % self.n_heads:
             raise ValueError(f"hidden={self.hidden} must be divisible by n_heads={self.n_heads} "
                              "(each head gets hidden/n_heads dimensions)")
@@ -99,6 +102,7 @@ def param_count(cfg: ModelConfig) -> ParamCount:
     plus the embedding (V + s)h and one final LayerNorm (2h, which their formula omits).
     Llama-2 7B gives 6,738,415,616 (Touvron et al. 2023, "7B"). Introduced in lab 01.
     """
+    instance("cfg", cfg, ModelConfig, "calc.preset('llama2-7b')")
     h, f, kv = cfg.hidden, cfg.ffn, cfg.kv_heads * cfg.head_dim
     attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if cfg.bias else 0)
     n_mats = 3 if cfg.gated_mlp else 2
@@ -178,7 +182,8 @@ NARAYANAN_TABLE1: tuple[MegatronRun, ...] = (
 
 # Sources: GPT-2 (Radford et al. 2019, Table 2; vocab 50257, context 1024), GPT-3 (Brown et
 # al. 2020, Table 2.1), Llama 2 (Touvron et al. 2023, Table 1 + released config.json),
-# Llama 3 (Meta 2024, "The Llama 3 Herd of Models", Table 3), Llama 3.2 1B (released config).
+# Llama 3 (Meta 2024, "The Llama 3 Herd of Models", Table 3; 405B: 405,853,388,800 in the
+# released config), Llama 3.2 1B and 3B (released configs).
 PRESETS: dict[str, ModelConfig] = {
     "gpt2-small": gpt("gpt2-small", 12, 768, 12, seq_len=1024),
     "gpt2-medium": gpt("gpt2-medium", 24, 1024, 16, seq_len=1024),
@@ -195,12 +200,18 @@ PRESETS: dict[str, ModelConfig] = {
                         seq_len=8192),
     "llama3.2-1b": llama("llama3.2-1b", 16, 2048, 32, 8192, n_kv_heads=8, vocab_size=128256,
                          seq_len=8192, tied=True),
+    "llama3.2-3b": llama("llama3.2-3b", 28, 3072, 24, 8192, n_kv_heads=8, vocab_size=128256,
+                         seq_len=8192, tied=True),
+    # Llama 3.1 keeps Llama 3's shapes with a 128K context (RoPE: no extra parameters).
+    "llama3.1-405b": llama("llama3.1-405b", 126, 16384, 128, 53248, n_kv_heads=8,
+                           vocab_size=128256, seq_len=131072),
 }
 PRESETS.update({f"megatron-{r.params_b}b": r.config for r in NARAYANAN_TABLE1})
 
 
 def preset(name: str) -> ModelConfig:
     """Look up a preset by name (see ``PRESETS`` for sizes and sources). Lab 01 onwards."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; choose one of: {', '.join(PRESETS)}")
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; name must be one of: "
+                         f"{', '.join(PRESETS)}")
     return PRESETS[name]

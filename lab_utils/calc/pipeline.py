@@ -1,21 +1,34 @@
-"""Pipeline bubbles: closed forms, an ideal-timeline simulator, and a measured bubble (lab 07).
+"""Pipeline schedules in closed form: bubble, peak in-flight micro-batches, p2p traffic (lab 07).
 
 Notation: p stages (ranks), m micro-batches per step, v model chunks per rank (interleaving),
 t_f / t_b the forward / full backward time of one micro-batch on one stage; zero-bubble
-schedules split the backward into B (input gradient, t_b - t_w) and W (weight gradient, t_w).
+schedules split the backward into B (input gradient, T_B = t_b - t_w) and W (weight gradient,
+T_W = t_w). M_B is the activation memory of one micro-batch on one stage (L/p layers).
 
 Two ways to state the same bubble, both returned by ``bubble``:
     of_ideal = bubble time / ideal compute time      (p-1)/m        for GPipe and 1F1B
     of_total = bubble time / total (wall) time       (p-1)/(m+p-1)  for GPipe and 1F1B
 GPipe and 1F1B have the SAME bubble; 1F1B only lowers activation memory (p vs m in flight).
+
+    schedule      bubble (idle per rank)             peak in flight on stage s (x M_B)
+    gpipe         (p-1)(t_f+t_b)                     m
+    1f1b          (p-1)(t_f+t_b)                     min(p-s, m)
+    interleaved   (p-1)(t_f+t_b)/v                   Megatron warm-up + 1 chunks, / v
+    zb-h1         (p-1)(t_f+T_B-T_W)                 min(p, m)       (every stage)
+    zb-h2         (p-1)(t_f+T_B-2T_W), >= 0          min(2(p-s)-1, m)
+    zb-v          0 when t_f = T_B = T_W             min(p, m)       (every stage)
+
+The simulator (``schedule``, ideal timelines) lives in ``calc.pipeline_sim``; both are
+imported here, so ``calc.pipeline.schedule`` and ``calc.pipeline.Event`` keep working.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, pos_int, pos_num
+from lab_utils.calc._check import choice, index, pos_int, pos_num
+from lab_utils.calc.pipeline_sim import Event, Schedule, schedule  # noqa: F401 (re-export)
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v")
 
 
 @dataclass(frozen=True)
@@ -28,7 +41,8 @@ class Bubble:
     of_total: float
 
 
-def _split_times(t_b: float, t_w: float | None) -> float:
+def split_backward(t_b: float, t_w: float | None) -> float:
+    """T_W of a zero-bubble schedule: ``t_w`` checked against ``t_b`` (default t_b / 2)."""
     t_w = t_b / 2 if t_w is None else pos_num("t_w", t_w)
     if not t_w < t_b:
         raise ValueError(f"t_w={t_w} must be smaller than t_b={t_b}: t_b is the whole backward, "
@@ -36,40 +50,8 @@ def _split_times(t_b: float, t_w: float | None) -> float:
     return t_w
 
 
-def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
-           t_w: float | None = None) -> Bubble:
-    """Closed-form pipeline bubble.
-
-        gpipe, 1f1b : idle = (p-1)(t_f + t_b)        -> of_ideal (p-1)/m
-                      (Huang et al. 2019 Sec. 2; Narayanan et al. 2021 Sec. 2.2.1)
-        interleaved : idle = (p-1)(t_f + t_b) / v    -> of_ideal (p-1)/(v m)
-                      (Narayanan et al. 2021 Sec. 2.2.2; needs m % p == 0)
-        zb-h1       : idle = (p-1)(t_f + T_B - T_W)  -> 1/3 of 1F1B when t_f = T_B = T_W
-        zb-h2       : idle = (p-1)(t_f + T_B - 2T_W), floored at 0 -> 0 when they are equal
-                      (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 2; T_B =
-                      t_b - t_w is the input-gradient pass, T_W = t_w the weight-gradient pass;
-                      ZB-H2 pays with up to (2p-1) micro-batches of activations)
-
-    of_total = idle / (idle + m (t_f + t_b)). The zero-bubble forms assume m >= p (with fewer
-    micro-batches the simulated ``schedule`` shows more idle time). Lab 07.
-    """
-    choice("schedule", schedule, SCHEDULES)
-    p, m, v = pos_int("p", p), pos_int("m", m), pos_int("v", v)
-    t_f, t_b = pos_num("t_f", t_f), pos_num("t_b", t_b)
-    ideal = m * (t_f + t_b)
-    if schedule in ("gpipe", "1f1b"):
-        idle = (p - 1) * (t_f + t_b)
-    elif schedule == "interleaved":
-        _check_interleaved(p, m, v)
-        idle = (p - 1) * (t_f + t_b) / v
-    else:
-        w = _split_times(t_b, t_w)
-        n_w = 1 if schedule == "zb-h1" else 2
-        idle = max(0.0, (p - 1) * (t_f + (t_b - w) - n_w * w))
-    return Bubble(schedule, idle / ideal, idle / (idle + ideal))
-
-
-def _check_interleaved(p: int, m: int, v: int) -> None:
+def check_interleaved(p: int, m: int, v: int) -> None:
+    """Megatron's interleaved schedule needs m % p == 0 and v >= 2 chunks per rank."""
     if m % p:
         raise ValueError(f"the interleaved schedule needs the number of micro-batches m={m} to "
                          f"be a multiple of p={p} (Narayanan et al. 2021); use m = "
@@ -79,178 +61,126 @@ def _check_interleaved(p: int, m: int, v: int) -> None:
                          "(v=1 is plain 1F1B: use schedule '1f1b')")
 
 
-@dataclass(frozen=True)
-class Event:
-    """One operation on one rank: kind 'F' (forward), 'B' (backward; input grad only in
-    zero-bubble schedules) or 'W' (weight grad), of ``microbatch`` on model ``chunk``."""
-
-    rank: int
-    kind: str
-    microbatch: int
-    chunk: int
-    start: float
-    end: float
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """An ideal (no communication cost) timeline. ``order[r]`` lists rank r's operations as
-    labels "F0", "B3", "W3" (with "c1" appended for chunk 1 when v > 1).
-    ``peak_in_flight[r]`` is the most micro-batches (x chunks) whose activations rank r held
-    at once: from a micro-batch's F until its last backward op (B, or W when split)."""
-
-    name: str
-    p: int
-    m: int
-    v: int
-    events: tuple[Event, ...]
-    order: tuple[tuple[str, ...], ...]
-    peak_in_flight: tuple[int, ...]
-    makespan: float
-
-
-def _order_gpipe(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
-    # All forwards, then all backwards: every stage holds all m micro-batches at the peak.
-    return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
-
-
-def _order_1f1b(p: int, m: int, r: int) -> list[tuple[str, int, int]]:
-    warm = min(p - r - 1, m)  # warm-up: fill the pipe downstream of this stage
-    ops = [("F", i, 0) for i in range(warm)]
-    for j in range(m - warm):  # steady state: one forward, one backward
-        ops += [("F", warm + j, 0), ("B", j, 0)]
-    ops += [("B", j, 0) for j in range(m - warm, m)]  # cool-down: drain the backwards
-    return ops
-
-
-def _order_interleaved(p: int, m: int, v: int, r: int) -> list[tuple[str, int, int]]:
-    # Megatron-LM forward_backward_pipelining_with_interleaving (Narayanan et al. 2021):
-    # virtual micro-batch k walks chunks in groups of p micro-batches.
-    total = m * v
-
-    def unit(k: int, forward: bool) -> tuple[int, int]:
-        in_group = k % (p * v)
-        chunk = in_group // p
-        return (k // (p * v)) * p + k % p, (chunk if forward else v - 1 - chunk)
-
-    if m == p:  # Megatron: all forwards first when there are just p micro-batches
-        warm = total
-    else:
-        warm = min((p - r - 1) * 2 + (v - 1) * p, total)
-    ops = [("F", *unit(k, True)) for k in range(warm)]
-    for k in range(total - warm):
-        ops += [("F", *unit(k + warm, True)), ("B", *unit(k, False))]
-    ops += [("B", *unit(k, False)) for k in range(total - warm, total)]
-    return ops
-
-
-def _dep(kind: str, mb: int, vs: int, n_virtual: int) -> tuple[str, int, int] | None:
-    """The operation an F or B waits for (W only waits for its own B, see _simulate)."""
-    if kind == "F":
-        return ("F", mb, vs - 1) if vs > 0 else None
-    return ("B", mb, vs + 1) if vs < n_virtual - 1 else ("F", mb, vs)
-
-
-def schedule(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
-             t_w: float | None = None) -> Schedule:
-    """Simulate the ideal timeline of a pipeline schedule (no communication time).
-
-    Each rank runs its operations in the schedule's ORDER; an operation starts when the rank
-    is free AND its dependency is done: F of micro-batch i on stage s after F_i on s-1,
-    B_i on s after B_i on s+1 (the last stage after its own F_i), W_i after B_i.
-    Orders: gpipe all F then all B (Huang et al. 2019); 1f1b warm-up p-s-1 forwards, steady
-    F/B pairs, cool-down (Narayanan et al. 2021 Sec. 2.2.1); interleaved per Megatron-LM
-    (Sec. 2.2.2, chunk c of rank r is virtual stage c*p + r, times t_f/v and t_b/v);
-    zb-h1 (Qi et al. 2023 Sec. 2.1) keeps 1F1B's F/B order with B = input gradient
-    (t_b - t_w) and runs a deferred W whenever the next F/B is not ready, at most p
-    micro-batches in flight. zb-h2 relies on overlapping consecutive steps, which a one-step
-    simulation cannot show; use ``bubble('zb-h2', ...)``. Lab 07.
-    """
-    choice("name", name, ("gpipe", "1f1b", "interleaved", "zb-h1"))
+def _inputs(name: str, p: object, m: object, v: object) -> tuple[int, int, int]:
+    """Shared checks: the schedule name, p, m, and v (chunks: interleaved >= 2, zb-v 2)."""
+    choice("schedule", name, SCHEDULES)
     p, m, v = pos_int("p", p), pos_int("m", m), pos_int("v", v)
-    t_f, t_b = pos_num("t_f", t_f), pos_num("t_b", t_b)
     if name == "interleaved":
-        _check_interleaved(p, m, v)
+        check_interleaved(p, m, v)
+    elif name == "zb-v":
+        if v not in (1, 2):
+            raise ValueError(f"ZB-V always places 2 chunks per rank in a V (Qi et al. 2023); "
+                             f"leave v at 1 or pass v=2, got v={v}")
     elif v != 1:
         raise ValueError(f"v={v} model chunks only applies to the 'interleaved' schedule; "
                          "use v=1")
-    split = name == "zb-h1"
-    w_time = _split_times(t_b, t_w) if split else 0.0
-    dur = {"F": t_f / v, "B": (t_b - w_time) / v, "W": w_time / v}
-    builders = {"gpipe": lambda r: _order_gpipe(p, m, r), "1f1b": lambda r: _order_1f1b(p, m, r),
-                "zb-h1": lambda r: _order_1f1b(p, m, r),
-                "interleaved": lambda r: _order_interleaved(p, m, v, r)}
-    orders = [builders[name](r) for r in range(p)]
-    events = _simulate(p, v, orders, dur, split, cap=p)
-    return _finish(name, p, m, v, events, split)
+    return p, m, v
 
 
-def _simulate(p: int, v: int, orders: list[list[tuple[str, int, int]]],
-              dur: dict[str, float], split: bool, cap: int) -> list[Event]:
-    """Commit operations in order of start time (list scheduling), so that when a rank
-    decides, everything that could finish before its decision is already known."""
-    n_virtual = p * v
-    done: dict[tuple[str, int, int], float] = {}
-    free, nxt = [0.0] * p, [0] * p
-    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]
-    in_flight = [0] * p
-    n_ops = sum(len(o) for o in orders) + (sum(len(o) for o in orders) // 2 if split else 0)
-    events: list[Event] = []
-    while len(events) < n_ops:
-        best: tuple[float, int, tuple[str, int, int]] | None = None
-        for r in range(p):  # what can rank r do next, and from when?
-            cand = None
-            ready = None  # when the next F/B could start; None while its dependency is unknown
-            if nxt[r] < len(orders[r]):
-                kind, mb, c = orders[r][nxt[r]]
-                dep = _dep(kind, mb, c * p + r, n_virtual)
-                if dep is None or dep in done:
-                    ready = max(free[r], done[dep] if dep else 0.0)
-                # zb-h1 keeps 1F1B's memory: no new F while `cap` micro-batches await their W
-                blocked = split and kind == "F" and in_flight[r] >= cap
-                if ready is not None and ready <= free[r] and not blocked:
-                    cand = (free[r], (kind, mb, c))  # ready now: the critical path goes first
-            if cand is None and pending_w[r]:
-                cand = (free[r], ("W", *pending_w[r][0]))  # would idle: fill the gap with a W
-            elif cand is None and ready is not None:
-                cand = (ready, orders[r][nxt[r]])  # idle until the dependency arrives
-            if cand and (best is None or cand[0] < best[0]):
-                best = (cand[0], r, cand[1])
-        if best is None:
-            raise RuntimeError("pipeline simulation deadlocked: the schedule order is invalid")
-        start, r, (kind, mb, c) = best
-        end = start + dur[kind]
-        done[(kind, mb, c * p + r)] = end
-        free[r] = end
-        events.append(Event(r, kind, mb, c, start, end))
-        if kind == "W":
-            pending_w[r].pop(0)
-            in_flight[r] -= 1
-        else:
-            nxt[r] += 1
-            if kind == "F":
-                in_flight[r] += 1
-            elif split:  # the weight gradient of this B is still owed
-                pending_w[r].append((mb, c))
-    return events
+def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
+           t_w: float | None = None) -> Bubble:
+    """Closed-form pipeline bubble (assumes m >= p; idle time per rank, see module table).
+
+        gpipe, 1f1b : (p-1)(t_f + t_b)          -> of_ideal (p-1)/m
+                      (Huang et al. 2019 Sec. 2; Narayanan et al. 2021 Sec. 2.2.1)
+        interleaved : (p-1)(t_f + t_b) / v      -> of_ideal (p-1)/(v m)
+                      (Narayanan et al. 2021 Sec. 2.2.2; needs m % p == 0)
+        zb-h1       : (p-1)(t_f + T_B - T_W)    -> 1/3 of 1F1B when t_f = T_B = T_W
+        zb-h2       : (p-1)(t_f + T_B - 2T_W), floored at 0 -> 0 when they are equal
+                      (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Sec. 2, Table 2)
+        zb-v        : 0 when t_f = T_B = T_W (Qi et al. 2023, ZB-V section; the authors give
+                      no closed form for unequal times: simulate it, this function refuses)
+
+    T_B = t_b - t_w is the input-gradient pass, T_W = t_w (default t_b / 2). ``t_w`` is only
+    accepted by the zero-bubble schedules. of_total = idle / (idle + m (t_f + t_b)). Lab 07.
+    """
+    p, m, v = _inputs(schedule, p, m, v)
+    t_f, t_b = pos_num("t_f", t_f), pos_num("t_b", t_b)
+    ideal = m * (t_f + t_b)
+    if schedule in ("gpipe", "1f1b", "interleaved"):
+        if t_w is not None:
+            raise ValueError(f"t_w only applies to the zero-bubble schedules (B and W split); "
+                             f"leave it out for {schedule!r}")
+        idle = (p - 1) * (t_f + t_b) / (v if schedule == "interleaved" else 1)
+    elif schedule == "zb-v":
+        w = split_backward(t_b, t_w)
+        if abs(t_f - (t_b - w)) > 1e-9 * t_f or abs(w - (t_b - w)) > 1e-9 * t_f:
+            raise ValueError(f"ZB-V's bubble is known in closed form only for equal F, B and W "
+                             f"times (then it is 0; Qi et al. 2023); got t_f={t_f:g}, "
+                             f"T_B={t_b - w:g}, T_W={w:g}. Pass t_b = 2 t_f and t_w = t_f, or "
+                             "simulate the schedule")
+        idle = 0.0
+    else:
+        w = split_backward(t_b, t_w)
+        n_w = 1 if schedule == "zb-h1" else 2
+        idle = max(0.0, (p - 1) * (t_f + (t_b - w) - n_w * w))
+    return Bubble(schedule, idle / ideal, idle / (idle + ideal))
 
 
-def _finish(name: str, p: int, m: int, v: int, events: list[Event], split: bool) -> Schedule:
-    events.sort(key=lambda e: (e.rank, e.start))
-    last_kind = "W" if split else "B"
-    order, peaks = [], []
-    for r in range(p):
-        mine = [e for e in events if e.rank == r]
-        order.append(tuple(f"{e.kind}{e.microbatch}" + (f"c{e.chunk}" if v > 1 else "")
-                           for e in mine))
-        # +1 at an F's start, -1 at the end of the micro-batch's last backward op;
-        # at equal times, frees happen before allocations (sort key False < True).
-        marks = [(e.start, True) for e in mine if e.kind == "F"]
-        marks += [(e.end, False) for e in mine if e.kind == last_kind]
-        level = peak = 0
-        for _, is_alloc in sorted(marks):
-            level += 1 if is_alloc else -1
-            peak = max(peak, level)
-        peaks.append(peak)
-    makespan = max(e.end for e in events) - min(e.start for e in events)
-    return Schedule(name, p, m, v, tuple(events), tuple(order), tuple(peaks), makespan)
+def peak_in_flight(schedule: str, p: int, m: int, stage: int = 0, v: int = 1) -> float:
+    """Activations stage ``stage`` holds at its peak, in micro-batches of one stage (M_B).
+
+    A micro-batch is in flight on a stage from its forward until its last backward op (B,
+    or W for zero-bubble schedules: the weight gradient still needs the layer inputs).
+        gpipe       m: every forward before any backward (Huang et al. 2019)
+        1f1b        min(p - s, m): s warm-up forwards fewer on later stages (Narayanan 2021)
+        interleaved Megatron's warm-up, 2(p-s-1) + (v-1)p chunk forwards (all m v when
+                    m == p), plus the one in the steady state, each chunk 1/v of a stage:
+                    stage 0 holds p (1 + (p-1)/(p v)) (Korthikanti et al. 2022 Sec. 4), the
+                    last stage p - (p-1)/v: interleaving RAISES memory on every stage
+        zb-h1       min(p, m) on every stage (Qi et al. 2023 Sec. 2.1: 1F1B's peak, p M_B)
+        zb-h2       min(2(p-s) - 1, m): stage s starts s t_f late and meets its first B at
+                    (2p-1-s) t_f, forwarding all the while (Qi et al. Fig. 3; (2p-1) M_B)
+        zb-v        min(p, m) on every stage: 2 half-size chunks (Qi et al. ZB-V section)
+    Returns a float (interleaved is fractional). The pipeline-parallel labs compare it with
+    the peak measured on each rank. Lab 07.
+    """
+    p, m, v = _inputs(schedule, p, m, v)
+    s = index("stage", stage, p, f"p={p}")
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "1f1b":
+        return float(min(p - s, m))
+    if schedule == "interleaved":
+        total = m * v
+        warm = total if m == p else min(2 * (p - s - 1) + (v - 1) * p, total)
+        return min(warm + 1, total) / v
+    if schedule == "zb-h2":
+        return float(min(2 * (p - s) - 1, m))
+    return float(min(p, m))  # zb-h1, zb-v
+
+
+def p2p_factor(schedule: str, v: int = 1) -> float:
+    """Stage-to-stage activation traffic per step relative to 1F1B: v for interleaved (each
+    micro-batch crosses v p - 1 chunk boundaries instead of p - 1; Narayanan et al. 2021 Sec.
+    2.2.2), 2 for ZB-V (two chunks per rank, Qi et al. 2023), 1 otherwise. Lab 07."""
+    choice("schedule", schedule, SCHEDULES)
+    v = pos_int("v", v)
+    return {"interleaved": float(v), "zb-v": 2.0}.get(schedule, 1.0)
+
+
+@dataclass(frozen=True)
+class PipelineFacts:
+    """One schedule's closed forms side by side: bubble, peak in flight on every stage
+    (x M_B, stage 0 first), and p2p traffic relative to 1F1B."""
+
+    schedule: str
+    bubble: Bubble
+    peak_per_stage: tuple[float, ...]
+    p2p_factor: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.peak_per_stage)
+
+
+def pipeline_facts(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0,
+                   t_b: float = 2.0, t_w: float | None = None) -> PipelineFacts:
+    """``bubble``, ``peak_in_flight`` for every stage and ``p2p_factor`` in one call, e.g.
+    to fill a comparison table of all six schedules. Lab 07."""
+    b = bubble(schedule, p, m, v, t_f, t_b, t_w)
+    if p > 100_000:
+        raise ValueError(f"p={p} stages is too many to list one by one (at most 100000); "
+                         "call peak_in_flight for the stages you need")
+    peaks = tuple(peak_in_flight(schedule, p, m, s, v) for s in range(p))
+    return PipelineFacts(schedule, b, peaks, p2p_factor(schedule, v))

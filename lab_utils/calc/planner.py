@@ -20,8 +20,11 @@ from math import ceil
 from operator import attrgetter
 
 from lab_utils.calc import _planner_cache
-from lab_utils.calc._check import choice, nonneg_int, pos_int, pos_num
-from lab_utils.calc.activations import RECOMPUTE, activation_bytes_per_layer
+from lab_utils.calc._check import (boolean, choice, instance, int_choice, nonneg_int, pos_int,
+                                   sequence)
+from lab_utils.calc._layout_rules import (MAX_WORLD, _check_inputs, _stage_params,
+                                          kv_heads_messages)
+from lab_utils.calc.activations import RECOMPUTE, _layer_bytes
 from lab_utils.calc.comm import collective_time, tp_layer_comm
 from lab_utils.calc.hardware import Cluster
 from lab_utils.calc.memory import ModelStateMemory, model_state_memory
@@ -85,18 +88,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def _stage_params(cfg: ModelConfig, tp: int, pp: int) -> float:
-    """Parameters on one GPU of the fullest stage: L/p layers (TP-split) plus the embedding
-    on the first stage or the head on the last one (vocab-parallel, split by tp)."""
-    pc = param_count(cfg)
-    layers = ceil(cfg.n_layers / pp) * pc.per_layer
-    if pp == 1:
-        return (layers + pc.embedding + pc.head) / tp
-    # A tied head on a different stage than the embedding needs its own copy (Megatron).
-    head = cfg.vocab_size * cfg.hidden if cfg.tied_embeddings else pc.head
-    return (layers + max(pc.embedding, head)) / tp
-
-
 def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int, dp: int,
              tp: int, pp: int, zero_stage: int = 1, micro_batch: int = 1,
              recompute: str = "selective", recipe: str = "mixed_adam",
@@ -112,15 +103,18 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
     2(n-1)/n (ZeRO-0/1/2) or 3(n-1)/n (ZeRO-3) of the 16-bit params per micro-batch group
     (ZeRO Sec. 7), and ZeRO-2/3 repeat their reduce-scatter (and ZeRO-3 its all-gathers)
     for every micro-batch because sharded gradients cannot be accumulated locally.
+    TP must divide the query heads; with grouped-query attention a TP above the K/V heads
+    replicates them (a warning) and one that neither divides nor is a multiple of them is a
+    problem (``_layout_rules.kv_heads_messages``).
     Lab 08 (planner), lab 12 (grading a proposed config with ``check_config``).
     """
-    for name, val in (("global_batch", global_batch), ("seq_len", seq_len), ("dp", dp),
-                      ("tp", tp), ("pp", pp), ("micro_batch", micro_batch)):
+    _check_inputs(cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes,
+                  compute_efficiency)
+    for name, val in (("dp", dp), ("tp", tp), ("pp", pp), ("micro_batch", micro_batch)):
         pos_int(name, val)
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
     choice("recompute", recompute, RECOMPUTE)
-    pos_num("compute_efficiency", compute_efficiency)
+    boolean("sequence_parallel", sequence_parallel)
     problems, warnings = [], []
     world, gpn = cluster.world, cluster.gpus_per_node
     if dp * tp * pp != world:
@@ -129,6 +123,10 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
     if cfg.n_heads % tp:
         problems.append(f"TP={tp} does not divide n_heads={cfg.n_heads}: each TP rank must own "
                         "whole attention heads")
+    else:
+        kv_problems, kv_warnings = kv_heads_messages(cfg, tp)
+        problems += kv_problems
+        warnings += kv_warnings
     if cfg.n_layers % pp:
         problems.append(f"PP={pp} does not divide n_layers={cfg.n_layers}: stages would get "
                         "unequal layer counts")
@@ -148,10 +146,9 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
     n_gpu = _stage_params(cfg, tp, pp)
     ms = model_state_memory(n_gpu, recipe, zero_stage, dp)
     layers = ceil(cfg.n_layers / pp)
-    per_layer = activation_bytes_per_layer(s, b, h, cfg.n_heads, tp, sp, recompute)
+    per_layer = _layer_bytes(s, b, h, cfg.n_heads, tp, sp, recompute)
     # recomputing a layer re-materialises its full activations for a moment
-    work = (activation_bytes_per_layer(s, b, h, cfg.n_heads, tp, sp, "none")
-            if recompute != "none" else 0.0)
+    work = _layer_bytes(s, b, h, cfg.n_heads, tp, sp, "none") if recompute != "none" else 0.0
     act = per_layer * layers * min(pp, n_micro) + work  # first stage: p in flight (1F1B)
     logits = 4 * s * b * cfg.vocab_size / tp  # fp32 logits of the last stage
     gathered = 2 * 2 * param_count(cfg).per_layer / tp if zero_stage == 3 else 0.0  # FSDP
@@ -222,11 +219,18 @@ def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
     first) with their reasons. ``top_k > 0`` keeps only that many. The work candidates share
     is done once (``_planner_cache``); the plans are exactly ``evaluate``'s. Lab 08.
     """
-    pos_int("global_batch", global_batch)
-    pos_int("seq_len", seq_len)
+    _check_inputs(cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes,
+                  compute_efficiency)
     nonneg_int("top_k", top_k)
-    for mb in micro_batches:
-        pos_int("each micro batch size", mb)
+    sequence("micro_batches", micro_batches, lambda _, mb: pos_int("each micro batch size", mb),
+             min_len=1)
+    sequence("recomputes", recomputes, lambda _, rc: choice("recompute", rc, RECOMPUTE),
+             min_len=1)
+    sequence("zero_stages", zero_stages,
+             lambda _, z: int_choice("zero_stage", z, (0, 1, 2, 3), "0 = plain DDP"), min_len=1)
+    if cluster.world > MAX_WORLD:
+        raise ValueError(f"the cluster has {cluster.world} GPUs; plan enumerates layouts for at "
+                         f"most {MAX_WORLD}: use fewer nodes")
     if _planner_cache.fast_path_ok(cfg, cluster, global_batch, seq_len, micro_batches,
                                    recomputes, zero_stages, recipe, compute_efficiency):
         out = _planner_cache.candidates(cfg, cluster, global_batch, seq_len, micro_batches,
@@ -273,6 +277,7 @@ def _evaluate_all(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len
 
 def best_per_layout(plans: list[Plan]) -> list[Plan]:
     """Keep the fastest feasible plan of each (dp, tp, pp), in ranking order. Lab 08 tables."""
+    sequence("plans", plans, lambda name, p: instance(name, p, Plan, "an item of calc.plan(...)"))
     seen, out = set(), []
     for pl in plans:
         if pl.feasible and pl.layout not in seen:

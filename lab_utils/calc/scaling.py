@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import fraction, line_fit, nonneg_int, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import (fraction, line_fit, nonneg_int, nonneg_num, pos_int, pos_num,
+                                   sequence)
 
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
@@ -58,16 +59,13 @@ def fit_serial_fraction(ns: Sequence[int], times: Sequence[float]) -> SerialFit:
     means the runs were super-linear or noisy; it is returned as fitted, not clipped.
     Lab 10 fits it to a measured scaling curve.
     """
-    xs_n, ys = list(ns), list(times)
+    xs_n = sequence("ns", ns, lambda _, n: pos_int("each N in ns", n))
+    ys = sequence("times", times, lambda _, t: pos_num("each time in times", t))
     if len(xs_n) != len(ys):
         raise ValueError(f"ns has {len(xs_n)} values but times has {len(ys)}; "
                          "pass one time per device count")
     if len(xs_n) < 2:
         raise ValueError("need at least 2 (N, time) measurements to fit a serial fraction")
-    for n in xs_n:
-        pos_int("each N in ns", n)
-    for t in ys:
-        pos_num("each time in times", t)
     if len(set(xs_n)) < 2:
         raise ValueError("all N are equal; measure at least two different device counts")
     a, b, r2 = line_fit([1 / n for n in xs_n], ys)
@@ -99,11 +97,21 @@ def mfu(n_params: float, tokens_per_s: float, n_devices: int, peak_flops: float,
     """Model FLOPs utilisation = flops_per_token * tokens/s / (n_devices * peak FLOP/s).
 
     With the default (no attention term) this is 6 P T / (n peak) (Chowdhery et al. 2022,
-    PaLM, Appendix B). Use dense (non-sparse) bf16 peaks from ``hardware.DEVICES``. Lab 10.
+    PaLM, Appendix B). Use dense (non-sparse) bf16 peaks from ``hardware.DEVICES``.
+    ``tokens_per_s`` is the throughput of the whole job (all n devices). A result above 1
+    (100%) is impossible, so it raises: it almost always means a unit slip (TFLOP/s passed as
+    FLOP/s, tokens per step instead of per second, or one device's share of the tokens).
+    Lab 10.
     """
     num = flops_per_token(n_params, n_layers, seq_len, hidden) * nonneg_num("tokens_per_s",
                                                                            tokens_per_s)
-    return num / (pos_int("n_devices", n_devices) * pos_num("peak_flops", peak_flops))
+    value = num / (pos_int("n_devices", n_devices) * pos_num("peak_flops", peak_flops))
+    if value > 1:
+        raise ValueError(f"MFU = {value:.3g} ({value:.3g}x the peak) is above 100%, which no "
+                         "hardware achieves: check the units of tokens_per_s (tokens per second "
+                         "for the whole job) and peak_flops (FLOP/s per device, e.g. 989e12, "
+                         "not 989), and n_devices")
+    return value
 
 
 def megatron_flops_per_step(batch: int, seq_len: int, n_layers: int, hidden: int,

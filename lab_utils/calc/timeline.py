@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from lab_utils.calc._check import choice
+from lab_utils.calc._check import choice, nonneg_int, number
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,14 @@ def bubble_from_timeline(events: Iterable[Any], window: str = "global") -> Timel
     (p-1)/(m+p-1). Lab 07 feeds recorded per-rank timelines into it.
     """
     choice("window", window, ("global", "rank"))
+    if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
+        raise ValueError(f"events must be a list of timeline events (dicts or objects with "
+                         f"rank, start, end), got {type(events).__name__}")
     by_rank: dict[int, list[tuple[float, float]]] = {}
     for e in events:
-        r, s, t = _field(e, "rank"), float(_field(e, "start")), float(_field(e, "end"))
+        r = nonneg_int("event rank", _field(e, "rank"))
+        s = number("event start", _field(e, "start"), hint="times are seconds (finite)")
+        t = number("event end", _field(e, "end"), hint="times are seconds (finite)")
         if t < s:
             raise ValueError(f"event on rank {r} ends before it starts ({s} > {t}); "
                              "check the clock used to record the timeline")

@@ -12,6 +12,8 @@ All calculators return BYTES (plain int/float). Convert only when printing, with
 """
 from __future__ import annotations
 
+from lab_utils.calc._check import number, whole
+
 KB = 1e3
 MB = 1e6
 GB = 1e9
@@ -33,8 +35,10 @@ def fmt_bytes(n: float, unit: str = "GB", digits: int = 1) -> str:
     ``unit`` is one of B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of
     1024). Introduced in lab 01 (memory anatomy).
     """
-    if unit not in UNITS:
+    if not isinstance(unit, str) or unit not in UNITS:
         raise ValueError(f"unknown unit {unit!r}; use one of {', '.join(UNITS)}")
-    if n != n:  # NaN: a broken upstream computation, do not hide it
+    if isinstance(n, float) and n != n:  # NaN: a broken upstream computation, do not hide it
         raise ValueError("cannot format NaN bytes; check the inputs of the calculation")
+    n = number("n", n)  # may be negative: a difference of two memory figures
+    digits = whole("digits", digits, 0, 15)
     return f"{n / UNITS[unit]:.{digits}f} {unit}"

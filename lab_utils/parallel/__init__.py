@@ -2,7 +2,8 @@
 
     collectives.py          ring reduce-scatter / all-gather / all-reduce, parameter server (lab 03)
     data_parallel.py        NaiveDDP, BucketDDP, SyncBatchNorm1d (lab 04)
-    zero.py                 ZeRO stages 1-3 (lab 05)
+    zero.py                 ZeRO-1 and ZeRO-2: optimizer-side sharding (lab 05)
+    fsdp.py, fsdp_units.py  ZeRO-3 as a module (FSDP), mixed precision; the shard layout (lab 05)
     tensor_parallel/        column / row parallel layers, Megatron MLP and attention (lab 06)
     pipeline_parallel/      GPipe and 1F1B from send/recv; torch.distributed.pipelining (lab 07)
     context_parallel.py     ring attention (lab 08)

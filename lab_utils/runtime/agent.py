@@ -12,6 +12,9 @@ import os
 import runpy
 import sys
 
+from lab_utils.runtime import lifeline
+
+lifeline.watch_from_env()  # the launcher is gone -> this agent and its ranks go too
 for name in filter(None, os.environ.get("LAB_UTILS_PRELOAD", "").split(",")):
     importlib.import_module(name)
 sys.argv[0] = "torchrun"

@@ -16,6 +16,12 @@ from typing import Any
 import cloudpickle
 
 _TIMEOUT_MARKERS = ("timed out", "timeout")  # matched case-insensitively (gloo: "Timed out waiting")
+# What a rank raises when a PEER left (crashed, timed out and exited, was killed): a symptom.
+_SYMPTOM_MARKERS = ("connection closed by peer", "connection reset by peer", "broken pipe")
+
+
+def _is_symptom(record: dict) -> bool:
+    return any(m in record["message"].lower() for m in _SYMPTOM_MARKERS)
 
 
 class RankFailure(RuntimeError):
@@ -26,6 +32,7 @@ class RankFailure(RuntimeError):
         self.tracebacks = tracebacks
         self.log = log
         self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
+        self.elapsed_s = 0.0  # set by the launcher: from the start of the ranks' work to the failure
 
     @property
     def ranks(self) -> list[int]:
@@ -92,6 +99,12 @@ def request_stacks(out_dir: str, world_size: int) -> None:
         time.sleep(0.3)  # faulthandler writes from a signal handler: immediate, but not instant
 
 
+def _is_launcher_frame(line: str) -> bool:
+    """The first frame below the learner's code: the rank's run_rank (cold) or run_job (pool)."""
+    return (("runtime/rank.py" in line and "run_rank" in line)
+            or ("runtime/serve.py" in line and "run_job" in line))
+
+
 def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
     stacks = {}
     for rank in range(world_size):
@@ -101,8 +114,7 @@ def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
                 text = f.read().strip()
             # keep the learner's frames: everything above the worker's own run_rank frame
             lines = text.splitlines()
-            cut = next((i for i, line in enumerate(lines) if "runtime/worker.py" in line and "run_rank" in line),
-                       len(lines))
+            cut = next((i for i, line in enumerate(lines) if _is_launcher_frame(line)), len(lines))
             if cut > 1:
                 stacks[rank] = "\n".join(lines[:cut])
     return stacks
@@ -126,6 +138,24 @@ def _short(message: str) -> str:
     return first if len(first) <= 90 else first[:87] + "..."
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+
+
+def waiting_at(text: str) -> str | None:
+    """The innermost frame of the learner's code in a traceback or faulthandler stack:
+    "fn (file.py:12): source line". Frames inside torch and the launcher are skipped."""
+    import linecache
+
+    frames = [m.groups() for m in _FRAME.finditer(text)
+              if "site-packages" not in m.group(1) and "/lab_utils/runtime/" not in m.group(1)]
+    if not frames:
+        return None
+    # tracebacks list the innermost frame last; faulthandler lists it first
+    path, line, fn = frames[0] if "most recent call first" in text else frames[-1]
+    source = linecache.getline(path, int(line)).strip()
+    return f"{fn} ({os.path.basename(path)}:{line})" + (f": {source}" if source else "")
+
+
 def fmt_ranks(ranks) -> str:
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
@@ -138,8 +168,10 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
     err = {r: rec for r, rec in err.items() if r not in ok}
     unfinished = [r for r in range(world_size) if r not in ok]
     tracebacks = {r: rec["traceback"] for r, rec in err.items()}
-    all_timeouts = bool(err) and all(any(m in rec["message"].lower() for m in _TIMEOUT_MARKERS)
-                                     for rec in err.values())
+    # A rank whose peer timed out and left sees "connection closed": judge by the causes.
+    causes = {r: rec for r, rec in err.items() if not _is_symptom(rec)} or err
+    all_timeouts = bool(causes) and all(any(m in rec["message"].lower() for m in _TIMEOUT_MARKERS)
+                                        for rec in causes.values())
     if deadline_hit or all_timeouts:
         why = ("the process group's timeout expired in the waiting ranks" if all_timeouts
                else f"the run's deadline of {timeout_s:g} s passed")
@@ -148,8 +180,11 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
                + "A rank stuck in a collective usually means the ranks did not call the same "
                "collectives in the same order (an `if rank == 0:` around a collective, uneven "
                "batches giving one rank an extra step, a send without its recv).")
+        where = {r: waiting_at(t) for r, t in {**stacks, **tracebacks}.items() if r in unfinished}
+        if any(where.values()):
+            msg += "\n" + "\n".join(f"  rank {r} was waiting in {w}" for r, w in sorted(where.items()) if w)
         if tracebacks:
-            first = min(tracebacks)
+            first = min(causes) if all_timeouts else min(tracebacks)
             msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"
         elif stacks:
             first = min(stacks)

@@ -3,21 +3,26 @@
     results = run(fn, 4, tensor_size=8)     # fn(ctx, tensor_size=8) on ranks 0..3
     results[2]                              # what rank 2 returned
 
-How it works: ``fn`` and its arguments are pickled with cloudpickle (so a function
-defined in a notebook cell travels by value), then ``torchrun --standalone`` - the same
-launcher used on clusters - starts the ranks. Locally the ranks are forked from
-torchrun's agent (``--run-path --start-method fork``), which has already imported
-torch, so N ranks start about as fast as one ``import torch``. Each rank runs
-``lab_utils/runtime/worker.py``, which writes its return value or traceback to a temporary
-folder.
+How it works: ``fn`` and its arguments are pickled with cloudpickle (so a function defined in
+a notebook cell travels by value), then ``torchrun`` - the same launcher used on clusters -
+starts the ranks, forked from torchrun's agent (``--run-path --start-method fork``), which has
+already imported torch, so N ranks start about as fast as one ``import torch``. Each rank runs
+``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
 
-Failure handling, the part a notebook needs most:
-  * a rank raises -> the others are stopped, and one RankFailure names the rank(s)
-    and shows the original traceback;
-  * a rank is stuck in a collective -> it raises the process group's timeout (set
-    short), or the launcher's own deadline ends the run; RankTimeout names the ranks
-    that did not finish;
-  * Ctrl-C / "interrupt kernel" -> every child is killed (they share one process group).
+Warm ranks (``pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts a
+pool of ranks; later calls with the same world size, backend and distributed environment
+variables reuse it (milliseconds instead of seconds). ``run(..., cold=True)`` or
+``LAB_UTILS_POOL=0`` forces a fresh torchrun launch. Either way a run starts from the same
+state: a usable process group, torch / random / NumPy seeded with ``RUN_SEED`` on every rank.
+
+Failure handling, the same pooled or not:
+  * a rank raises -> the others are stopped, and one RankFailure names the rank and shows its
+    original traceback (a pool is torn down, and rebuilt by the next call);
+  * a rank is stuck in a collective -> it raises the process group's timeout (set short), or
+    the deadline ends the run; RankTimeout names the ranks and shows where they waited;
+  * a rank dies silently (os._exit, a signal, the OOM killer) -> it is named, not its victims;
+  * Ctrl-C / "interrupt kernel" -> every rank is killed (they share one process group); and
+    when the launching process dies, however it dies, every rank dies too (``lifeline.py``).
 """
 from __future__ import annotations
 
@@ -32,18 +37,22 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import cloudpickle
 
+from lab_utils.runtime import lifeline
 from lab_utils.runtime.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
-                                fmt_ranks, read_records, read_stacks, request_stacks)
+                                        fmt_ranks, read_records, read_stacks, request_stacks)
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
 TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
-_LIVE: set[subprocess.Popen] = set()  # torchrun processes still running, for atexit
+END_MARK = "\x1elab_utils:end"  # a rank's last line of a pooled job: its output is complete
+TMP_PREFIX = "lab_utils_run_"
+_LIVE: set["Agent"] = set()  # agents still running, for atexit
 
 
 class RunResults(list):
@@ -53,7 +62,9 @@ class RunResults(list):
     backend: str
     world_size: int
     oversubscribed: bool
-    clean_exit: bool  # every rank finished barrier + destroy_process_group and left on its own
+    clean_exit: bool  # every rank finished barrier + clean-up (and, cold, left on its own)
+    cleaned: int  # how many ranks did
+    pooled: bool  # ran on warm ranks of a pool (False: a fresh torchrun launch)
     log: list[str]
 
 
@@ -74,7 +85,10 @@ def oversubscription_note(world_size: int, backend: str) -> str | None:
     return None
 
 
-def _validate(fn: Callable, world_size: Any, timeout_s: float) -> None:
+# ------------------------------------------------------------------------------- inputs
+def validate(fn: Callable, world_size: Any, timeout_s: float, preload: tuple[str, ...]) -> None:
+    import importlib.util
+
     if isinstance(world_size, bool) or not isinstance(world_size, int):
         raise TypeError(f"world_size must be an int (number of ranks), got {world_size!r} "
                         f"of type {type(world_size).__name__}")
@@ -84,11 +98,6 @@ def _validate(fn: Callable, world_size: Any, timeout_s: float) -> None:
         raise TypeError(f"fn must be a function taking (ctx, ...), got {fn!r}")
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-
-
-def _validate_preload(preload: tuple[str, ...]) -> None:
-    import importlib.util
-
     for name in preload:
         try:
             found = importlib.util.find_spec(name) is not None
@@ -99,25 +108,61 @@ def _validate_preload(preload: tuple[str, ...]) -> None:
                              "e.g. 'torch.distributed.pipelining')")
 
 
-def _pickle_payload(fn: Callable, args: tuple, kwargs: dict, options: dict) -> bytes:
+def pickle_payload(obj: Any, what: str) -> bytes:
     try:
-        return cloudpickle.dumps((fn, args, kwargs, options))
+        return cloudpickle.dumps(obj)
     except Exception as exc:
         raise TypeError(
-            f"could not send {getattr(fn, '__name__', fn)!r} and its arguments to the ranks: "
+            f"could not send {what!r} and its arguments to the ranks: "
             f"{type(exc).__name__}: {exc}. Everything a rank needs is pickled; objects such as "
             "open files, locks, generators or process groups cannot be. Create them inside "
             "the function instead, and pass plain values (numbers, strings, tensors)."
         ) from None
 
 
-def _resolve_backend(backend: str, world_size: int) -> str:
-    from lab_utils.runtime.context import resolve_backend  # deferred: it imports torch
+def resolve_backend(backend: str, world_size: int) -> str:
+    from lab_utils.runtime.context import resolve_backend as resolve  # deferred: imports torch
 
-    return resolve_backend(backend, world_size)  # one node: local world size = world size
+    return resolve(backend, world_size)  # one node: local world size = world size
 
 
-def torchrun_command(world_size: int, payload_path: str, out_dir: str) -> list[str]:
+# ------------------------------------------------------------------------ run folders
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time since boot
+    except (OSError, IndexError):
+        return None
+
+
+def make_run_dir() -> str:
+    """A fresh folder for one run (or one pool), stamped with its owner process."""
+    clean_stale_run_dirs()
+    path = tempfile.mkdtemp(prefix=TMP_PREFIX)
+    with open(os.path.join(path, "owner"), "w") as f:
+        f.write(f"{os.getpid()} {_start_time(os.getpid())}")
+    return path
+
+
+def clean_stale_run_dirs() -> None:
+    """Remove run folders whose owner process is gone (a killed kernel, a restart)."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if not name.startswith(TMP_PREFIX) or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, "owner")) as f:
+                pid, started = f.read().split()
+            alive = _start_time(int(pid)) == started
+        except (OSError, ValueError):  # no owner file: a folder from an older version
+            alive = time.time() - os.path.getmtime(path) < 3600
+        if not alive:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- agents
+def torchrun_command(world_size: int, worker_args: list[str]) -> list[str]:
     """torchrun on this machine only, with its ranks forked from the agent.
 
     This is ``--standalone`` spelled out, with one change: the rendezvous address is the
@@ -133,27 +178,41 @@ def torchrun_command(world_size: int, payload_path: str, out_dir: str) -> list[s
         "--nproc-per-node", str(world_size),
         "--monitor-interval", "0.1",
         "--run-path", "--start-method", "fork",  # ranks fork from the agent: torch already imported
-        WORKER_PATH, payload_path, out_dir,
+        WORKER_PATH, *worker_args,
     ]
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL torchrun's whole process group (agent + every rank) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    _LIVE.discard(proc)
+@dataclass(eq=False)
+class Agent:
+    """A running torchrun agent (and the ranks it forked): its output lines and lifeline."""
+
+    proc: subprocess.Popen
+    lines: "queue.Queue[str | None]"
+    lifeline_fd: int
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (agent + every rank) and reap it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.lifeline_fd >= 0:
+            os.close(self.lifeline_fd)
+            self.lifeline_fd = -1
+        _LIVE.discard(self)
 
 
 @atexit.register
 def _kill_all_live() -> None:
-    for proc in list(_LIVE):
-        _kill_group(proc)
+    for agent in list(_LIVE):
+        agent.kill()
 
 
 def _reader(stream, lines: "queue.Queue[str | None]") -> None:
@@ -162,9 +221,143 @@ def _reader(stream, lines: "queue.Queue[str | None]") -> None:
     lines.put(None)
 
 
+def start_agent(world_size: int, worker_args: list[str], threads: int, preload: tuple[str, ...],
+                extra_env: dict[str, str] | None = None) -> Agent:
+    """Start torchrun (through lab_utils.runtime.agent) with the ranks' environment."""
+    # The ranks import what the caller can import: a function defined in a test module or a
+    # script travels by reference, so its module must be importable on the ranks too.
+    python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))
+    read_fd, write_fd = lifeline.create()
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LAB_UTILS_ROOT=PACKAGE_ROOT,
+               PYTHONPATH=python_path, PYTHONUNBUFFERED="1", LAB_UTILS_PRELOAD=",".join(preload),
+               # gloo picks its network interface by resolving the host name unless told;
+               # name it, so forked ranks never enter the resolver (see torchrun_command)
+               GLOO_SOCKET_IFNAME="lo", **{lifeline.ENV_FD: str(read_fd)}, **(extra_env or {}))
+    try:
+        proc = subprocess.Popen(torchrun_command(world_size, worker_args), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
+                                start_new_session=True)  # own process group: one killpg ends all
+    finally:
+        os.close(read_fd)  # the children hold it; the write end stays here alone
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    agent = Agent(proc, lines, write_fd)
+    _LIVE.add(agent)
+    return agent
+
+
+# ------------------------------------------------------------------- waiting, collecting
+@dataclass
+class Outcome:
+    """How waiting for the ranks of one run ended."""
+
+    log: list[str]
+    deadline_hit: bool = False
+    failed: bool = False  # a rank reported an error
+    exited: int = 0  # ranks that finished their clean-up (.done)
+    dead: list[int] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def _echo(line: str, log: list[str], quiet: bool) -> None:
+    log.append(line)
+    if not quiet and line.startswith("[rank "):
+        print(line, flush=True)
+
+
+def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
+                   pooled: bool, start: float) -> Outcome:
+    """Stream the ranks' output until every rank is done, one failed, or the deadline passed.
+
+    A pooled job is complete when every rank wrote ``.done`` and printed its END_MARK (so all
+    its output has been echoed); a cold run when every rank wrote ``.done`` or the agent exited.
+    On a failure or a deadline, the ranks are NOT killed here: the caller asks for stacks first.
+    """
+    out = Outcome(log=[])
+    first_error_at = all_done_at = None
+    ended: set[int] = set()
+    next_progress = start + 10.0
+    while True:
+        try:
+            line = agent.lines.get(timeout=0.05)
+        except queue.Empty:
+            line = ""
+        if line and END_MARK in line:
+            ended.add(int(line[len("[rank "):line.index("]")]))
+        elif line:
+            _echo(line, out.log, quiet)
+        now = time.perf_counter()
+        names = os.listdir(run_dir)
+        done = {n for n in names if n.endswith(".ok")}
+        out.exited = sum(n.endswith(".done") for n in names)
+        if first_error_at is None and any(n.endswith(".err") for n in names):
+            first_error_at = now
+        if out.exited == world_size and (not pooled or len(ended) == world_size):
+            break  # every rank reported and cleaned up
+        if len(done) == world_size:
+            all_done_at = all_done_at or now
+            if now - all_done_at > TEARDOWN_GRACE_S:
+                break  # results are safe; a clean-up this slow is reported, not waited for
+        if line is None or (not agent.running() and agent.lines.empty()):
+            break
+        if first_error_at is not None and now - first_error_at > RESULT_GRACE_S:
+            break  # give the others a moment to report, then stop them
+        if now - start > timeout_s:
+            out.deadline_hit = True
+            break
+        if not quiet and now > next_progress:
+            waiting = [r for r in range(world_size) if f"rank{r}.ok" not in done]
+            print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
+                  f"waiting for {fmt_ranks(waiting)}", flush=True)
+            next_progress = now + 10.0
+    out.failed = first_error_at is not None
+    if out.failed or not agent.running():
+        out.dead = dead_ranks(run_dir, world_size)
+    if out.deadline_hit:
+        request_stacks(run_dir, world_size)
+    out.elapsed_s = time.perf_counter() - start
+    return out
+
+
+def drain(agent: Agent, log: list[str], quiet: bool) -> None:
+    """Echo what the ranks printed before they were stopped."""
+    while True:
+        try:
+            line = agent.lines.get_nowait()
+        except queue.Empty:
+            return
+        if line and END_MARK not in line:
+            _echo(line, log, quiet)
+
+
+def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> RunResults:
+    """Per-rank results in rank order, or the one exception that explains the failure."""
+    ok, err = read_records(run_dir, world_size)
+    stacks = read_stacks(run_dir, world_size)
+    for rank, record in err.items():
+        record["_seen"] = os.path.getmtime(os.path.join(run_dir, f"rank{rank}.err"))
+    if len(ok) < world_size:  # errors after a delivered result (clean-up) do not fail the run
+        exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead)
+        exc.elapsed_s = out.elapsed_s  # from the start of the ranks' work to the failure
+        raise exc
+    results = RunResults(ok[r] for r in range(world_size))
+    results.elapsed_s = out.elapsed_s
+    results.world_size = world_size
+    results.cleaned = out.exited
+    results.clean_exit = out.exited == world_size
+    results.log = out.log
+    return results
+
+
+# -------------------------------------------------------------------------------- run
+def pool_enabled() -> bool:
+    return os.environ.get("LAB_UTILS_POOL", "1") != "0"
+
+
 def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeout_s: float = 120.0,
         pg_timeout_s: float | None = None, quiet: bool = False, threads: int | None = None,
-        preload: tuple[str, ...] = (), **kwargs: Any) -> RunResults:
+        preload: tuple[str, ...] = (), cold: bool = False, **kwargs: Any) -> RunResults:
     """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` ranks; return each rank's result.
 
     backend:       "auto" (NCCL with one GPU per rank if there are enough GPUs, else gloo
@@ -175,115 +368,54 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
                    before the deadline.
     quiet:         do not echo the ranks' output live (it is still in ``results.log``).
     threads:       intra-op threads per rank (default: cores // ranks, at least 1).
-    preload:       modules to import once before the ranks are forked, e.g.
+    preload:       modules to import before the ranks are forked, e.g.
                    ("torch.distributed.pipelining",): paid once instead of once per rank.
+    cold:          a fresh torchrun launch instead of the warm pool (see pool.py).
 
     Raises RankFailure (a rank raised) or RankTimeout (ranks did not finish).
     """
-    _validate(fn, world_size, timeout_s)
-    _validate_preload(tuple(preload))
-    backend = _resolve_backend(backend, world_size)
-    pg_timeout_s = pg_timeout_s if pg_timeout_s is not None else 0.75 * timeout_s
-    threads = threads or max(1, cpu_cores() // world_size)
-    options = {"backend": backend, "pg_timeout_s": pg_timeout_s, "threads": threads}
-    payload = _pickle_payload(fn, args, kwargs, options)
-
+    preload = tuple(preload)
+    validate(fn, world_size, timeout_s, preload)
+    backend = resolve_backend(backend, world_size)
+    options = {"backend": backend, "threads": threads or max(1, cpu_cores() // world_size),
+               "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else 0.75 * timeout_s}
+    payload = pickle_payload((fn, args, kwargs, options), getattr(fn, "__name__", fn))
     note = oversubscription_note(world_size, backend)
     if note and not quiet:
         print(f"[lab_utils] {note}", flush=True)
+    results = None
+    if not cold and pool_enabled():
+        from lab_utils.runtime.pool import submit_call  # deferred: pool.py imports this module
 
-    tmp = tempfile.mkdtemp(prefix="lab_utils_run_")
-    payload_path = os.path.join(tmp, "payload.pkl")
-    with open(payload_path, "wb") as f:
-        f.write(payload)
-    # The ranks import what the caller can import: a function defined in a test module or a
-    # script travels by reference, so its module must be importable on the ranks too.
-    python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LAB_UTILS_ROOT=PACKAGE_ROOT,
-               PYTHONPATH=python_path,
-               PYTHONUNBUFFERED="1", LAB_UTILS_PRELOAD=",".join(preload),
-               # gloo picks its network interface by resolving the host name unless told;
-               # name it, so forked ranks never enter the resolver (see torchrun_command)
-               GLOO_SOCKET_IFNAME="lo")
-    start = time.perf_counter()
-    proc = subprocess.Popen(torchrun_command(world_size, payload_path, tmp), env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)  # own process group: one killpg ends them all
-    _LIVE.add(proc)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    log: list[str] = []
-    first_error_at: float | None = None
-    all_done_at: float | None = None
-    exited: set[str] = set()
-    deadline_hit = False
-    next_progress = start + 10.0
-    try:
-        while True:
-            try:
-                line = lines.get(timeout=0.05)
-            except queue.Empty:
-                line = ""
-            if line:
-                log.append(line)
-                if not quiet and line.startswith("[rank "):
-                    print(line, flush=True)
-            now = time.perf_counter()
-            names = os.listdir(tmp)
-            done = {int(n[4:-3]) for n in names if n.endswith(".ok")}
-            exited = {n for n in names if n.endswith(".done")}
-            failed = any(n.endswith(".err") for n in names)
-            if failed and first_error_at is None:
-                first_error_at = now
-            if len(exited) == world_size:
-                break  # every rank reported and tore down cleanly
-            if len(done) == world_size:
-                all_done_at = all_done_at or now
-                if now - all_done_at > TEARDOWN_GRACE_S:
-                    break  # results are safe; a teardown this slow is reported, not waited for
-            if line is None or (proc.poll() is not None and lines.empty()):
-                break
-            if first_error_at is not None and now - first_error_at > RESULT_GRACE_S:
-                break  # give the others a moment to report, then stop them
-            if now - start > timeout_s:
-                deadline_hit = True
-                break
-            if not quiet and now > next_progress:
-                waiting = [r for r in range(world_size) if r not in done]
-                print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
-                      f"waiting for {fmt_ranks(waiting)}", flush=True)
-                next_progress = now + 10.0
-    finally:
-        dead = dead_ranks(tmp, world_size) if first_error_at is not None or proc.poll() is not None else []
-        if deadline_hit:
-            request_stacks(tmp, world_size)
-        _kill_group(proc)  # no-op when torchrun already exited; kills everything otherwise
-    elapsed = time.perf_counter() - start
-    while True:  # drain what was printed before the kill
-        try:
-            line = lines.get_nowait()
-        except queue.Empty:
-            break
-        if line:
-            log.append(line)
-            if not quiet and line.startswith("[rank "):
-                print(line, flush=True)
-    ok, err = read_records(tmp, world_size)
-    stacks = read_stacks(tmp, world_size)
-    for rank, record in err.items():
-        record["_seen"] = os.path.getmtime(os.path.join(tmp, f"rank{rank}.err"))
-    shutil.rmtree(tmp, ignore_errors=True)
-    if len(ok) < world_size:  # errors after a delivered result (teardown) do not fail the run
-        raise failure(ok, err, world_size, log, deadline_hit, timeout_s, stacks, dead)
-
-    results = RunResults(ok[r] for r in range(world_size))
-    results.elapsed_s = elapsed
+        results = submit_call(world_size, backend, preload, payload, options, timeout_s, quiet)
+    if results is None:  # cold by request, or the pool is busy with another thread's run
+        results = _run_cold(payload, world_size, options["threads"], preload, timeout_s, quiet)
     results.backend = backend
-    results.world_size = world_size
     results.oversubscribed = note is not None
-    results.clean_exit = len(exited) == world_size
-    results.log = log
     if not results.clean_exit and not quiet:
-        print(f"[lab_utils] warning: {world_size - len(exited)} rank(s) did not finish tearing down "
-              f"within {TEARDOWN_GRACE_S:g} s and were killed (results are complete)", flush=True)
+        print(f"[lab_utils] warning: {world_size - results.cleaned} rank(s) did not finish "
+              f"cleaning up within {TEARDOWN_GRACE_S:g} s and were stopped (results are complete)",
+              flush=True)
+    return results
+
+
+def _run_cold(payload: bytes, world_size: int, threads: int, preload: tuple[str, ...],
+              timeout_s: float, quiet: bool) -> RunResults:
+    """One torchrun launch for this run alone: start, wait, stop, collect."""
+    run_dir = make_run_dir()
+    try:
+        payload_path = os.path.join(run_dir, "payload.pkl")
+        with open(payload_path, "wb") as f:
+            f.write(payload)
+        start = time.perf_counter()
+        agent = start_agent(world_size, [payload_path, run_dir], threads, preload)
+        try:
+            out = wait_for_ranks(agent, run_dir, world_size, timeout_s, quiet, False, start)
+        finally:
+            agent.kill()  # no-op when torchrun already exited; kills everything otherwise
+        drain(agent, out.log, quiet)
+        results = collect(run_dir, world_size, out, timeout_s)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    results.pooled = False
     return results

@@ -7,6 +7,7 @@ A cell whose source contains ``# NBVAL_CHECK_OUTPUT`` keeps its output: nbval co
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,12 +17,27 @@ CHECKED_MARK = "# NBVAL_CHECK_OUTPUT"
 REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
 
 
-def execute_quick(src: Path, dest: Path) -> None:
-    """Run a lab top to bottom in quick mode with papermill (the test suite and `make site`)."""
+def execute(src: Path, dest: Path, quick: bool) -> None:
+    """Run a lab top to bottom with papermill, in quick mode (CI's shortcut, `make site`) or in
+    FULL mode (what a learner's Run All does). The kernel sees LAB_QUICK accordingly, so
+    predictions use their preset guesses in quick mode only."""
     import papermill  # deferred: strip/check do not need it
 
-    papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": True}, kernel_name="python3",
-                               cwd=str(src.parent), progress_bar=False)
+    previous = os.environ.get("LAB_QUICK")
+    os.environ["LAB_QUICK"] = "1" if quick else "0"  # the kernel inherits this process's environment
+    try:
+        papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": quick},
+                                   kernel_name="python3", cwd=str(src.parent), progress_bar=False)
+    finally:
+        if previous is None:
+            del os.environ["LAB_QUICK"]
+        else:
+            os.environ["LAB_QUICK"] = previous
+
+
+def execute_quick(src: Path, dest: Path) -> None:
+    """Run a lab top to bottom in quick mode (the static site)."""
+    execute(src, dest, quick=True)
 
 
 def strip(nb: nbformat.NotebookNode) -> bool:

@@ -19,7 +19,7 @@ from nbconvert import HTMLExporter
 
 from lab_utils.tools.nbtools import execute_quick
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "labs"
 EXECUTED = ROOT / "build" / "executed"
 SITE = ROOT / "build" / "site"

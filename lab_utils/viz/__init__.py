@@ -10,11 +10,14 @@ Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.s
     collective_explorer()  CollectiveExplorer   bytes, alpha-beta time, busbw       (lab 03)
     amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 10)
     planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 12)
+    training_cost_explorer()  TrainingCostExplorer  days, GPU-hours, cost to train  (labs 10, 12)
 
 Tables: ``show_table(rows, title=...)`` prints every lab's results the same way (HTML/text).
 
 Each explorer has pure ``validate(values)``, ``figure_spec(state)`` and ``summary_html(state)``
 functions (testable without a browser); bad input shows ``.error_message`` in the widget.
+Number boxes hand their text to Python, where the calculators' checks (``calc._check``) parse
+and judge it: "2.5" in a whole-number box shows the error box instead of becoming 25.
 """
 from lab_utils.viz._base import Explorer, apply_spec, to_figure
 from lab_utils.viz.amdahl_explorer import AmdahlExplorer, amdahl_explorer
@@ -25,6 +28,7 @@ from lab_utils.viz.gantt import (KIND_COLORS, collective_state_figure, gantt_fig
 from lab_utils.viz.memory_explorer import MemoryExplorer, memory_explorer
 from lab_utils.viz.planner_widget import PlannerWidget, planner_widget
 from lab_utils.viz.table import Table, show_table
+from lab_utils.viz.training_cost import TrainingCostExplorer, training_cost_explorer
 
 __all__ = [
     "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
@@ -32,4 +36,5 @@ __all__ = [
     "MemoryExplorer", "memory_explorer", "BubbleExplorer", "bubble_explorer",
     "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
     "PlannerWidget", "planner_widget", "Table", "show_table",
+    "TrainingCostExplorer", "training_cost_explorer",
 ]

@@ -17,12 +17,15 @@ figure at its last valid state; it never raises out of a callback.
 from __future__ import annotations
 
 import html
+import numbers
 from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
-from traitlets import TraitError
+from traitlets import Float, Int, TraitError, Unicode, Union, validate
+
+from lab_utils.calc._check import parse_number
 
 Spec = dict[str, Any]
 
@@ -145,8 +148,11 @@ class Explorer(widgets.VBox):
     # --- the view ------------------------------------------------------------------------
     @property
     def values(self) -> dict[str, Any]:
-        """The synced state: every control's current value, by name."""
-        return {name: ctl.value for name, ctl in self.controls.items()}
+        """The synced state: every control's current value, by name. A number box gives
+        what its text parses to (``calc._check.parse_number``): 4, 2.5, or the text itself
+        when it is not a number, so ``validate`` reports it with the calculators' checks."""
+        return {name: ctl.number if isinstance(ctl, NumberText) else ctl.value
+                for name, ctl in self.controls.items()}
 
     @property
     def error_message(self) -> str:
@@ -166,8 +172,8 @@ class Explorer(widgets.VBox):
         try:
             for name, value in values.items():
                 ctl = self.controls[name]
-                if isinstance(ctl, widgets.IntText) and isinstance(value, float) \
-                        and not value.is_integer():  # IntText would silently truncate it
+                if isinstance(ctl, NumberText) and ctl.whole and isinstance(value, float) \
+                        and not value.is_integer():  # keep the box's last whole number
                     self._set_errors.append(f"{name} must be a whole number, got {value!r}")
                     continue
                 try:
@@ -181,6 +187,8 @@ class Explorer(widgets.VBox):
 
     def _trait_message(self, name: str, value: Any, exc: Exception) -> str:
         ctl = self.controls[name]
+        if isinstance(ctl, NumberText):
+            return f"{name} must be a number, got {value!r}"
         opts = getattr(ctl, "options", None)
         if opts is not None:
             keys = [o[1] if isinstance(o, tuple) else o for o in opts]
@@ -241,14 +249,55 @@ def dropdown(description: str, options: Any, value: Any) -> widgets.Dropdown:
     return widgets.Dropdown(description=description, options=options, value=value)
 
 
-def int_text(description: str, value: int) -> widgets.IntText:
-    # IntText (not Bounded): an out-of-range entry must reach validate() and get a message
-    # instead of being silently clamped.
-    return widgets.IntText(description=description, value=value)
+class NumberText(widgets.Text):
+    """A number box whose TEXT reaches Python unchanged, to be parsed and checked there.
+
+    ipywidgets' IntText filters keystrokes in the browser: typing "2.5" drops the dot and
+    stores 25, and FloatText turns "abc" back into the old value, so a wrong entry silently
+    becomes a different number. Here the text is parsed by ``calc._check.parse_number``
+    ("2.5" -> 2.5) and ``validate`` runs the calculators' own checks (``pos_int``,
+    ``number``...), so a whole-number box shows the error box for 2.5. Assigning a number in
+    code stores its text (``box.value = 8`` -> "8"). ``whole`` marks whole-number boxes.
+    """
+
+    # accept numbers from code too (converted to text by _coerce); the browser sees a string
+    value = Union([Unicode(), Int(), Float()], default_value="",
+                  help="the text in the box").tag(sync=True)
+
+    def __init__(self, description: str, value: float, whole: bool) -> None:
+        super().__init__(description=description, value=_as_text(value),
+                         continuous_update=False)  # commit on Enter / leaving the box
+        self.whole = whole
+
+    @validate("value")
+    def _coerce(self, proposal: Any) -> str:
+        value = proposal["value"]
+        if isinstance(value, str):
+            return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TraitError(f"a number box holds a number or its text, not {value!r}")
+        return _as_text(value)
+
+    @property
+    def number(self) -> Any:
+        """The parsed entry: int, float, or the text when it is not a number."""
+        return parse_number(self.value)
 
 
-def float_text(description: str, value: float) -> widgets.FloatText:
-    return widgets.FloatText(description=description, value=value)
+def _as_text(value: Any) -> str:
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    return repr(float(value))
+
+
+def int_text(description: str, value: int) -> NumberText:
+    # Text, not IntText or Bounded: every entry, 2.5 or -3 included, must reach validate()
+    # and get a message instead of being silently truncated or clamped.
+    return NumberText(description, value, whole=True)
+
+
+def float_text(description: str, value: float) -> NumberText:
+    return NumberText(description, value, whole=False)
 
 
 def checkbox(description: str, value: bool) -> widgets.Checkbox:

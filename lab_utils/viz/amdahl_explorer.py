@@ -10,6 +10,7 @@ from typing import Any
 
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import amdahl_limit, amdahl_speedup, gustafson_speedup
+from lab_utils.calc._check import boolean, fraction, whole
 from lab_utils.viz._base import Explorer, Spec, checkbox, float_text, int_text
 
 MAX_DEVICES = 10_000_000
@@ -24,15 +25,11 @@ class AmdahlState:
 
 
 def validate(values: dict[str, Any]) -> AmdahlState:
-    s = values["serial_fraction"]
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= 1:
-        raise ValueError(f"the serial fraction s must be between 0 and 1 (e.g. 0.05 for 5%), "
-                         f"got {s!r}")
-    n = values["n_max"]
-    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= MAX_DEVICES:
-        raise ValueError(f"max devices N must be a whole number between 2 and {MAX_DEVICES}, "
-                         f"got {n!r}")
-    return AmdahlState(float(s), n, bool(values["gustafson"]), bool(values["log_axes"]))
+    s = fraction("the serial fraction s", values["serial_fraction"],
+                 hint="e.g. 0.05 for 5%")
+    n = whole("max devices N", values["n_max"], 2, MAX_DEVICES)
+    return AmdahlState(s, n, boolean("gustafson", values["gustafson"]),
+                       boolean("log axes", values["log_axes"]))
 
 
 def devices(n_max: int) -> list[int]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import Bubble, Schedule, bubble, bubble_from_timeline, schedule
+from lab_utils.calc._check import number, pos_int
 from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
 from lab_utils.viz.gantt import gantt_spec
 
@@ -46,15 +47,12 @@ def validate(values: dict[str, Any]) -> BubbleState:
     name = values["schedule"]
     if name not in dict((v, k) for k, v in SCHEDULE_OPTIONS):
         raise ValueError(f"schedule must be one of gpipe, 1f1b, interleaved, zb-h1; got {name!r}")
-    p, m, v = values["p"], values["m"], values["v"] if name == "interleaved" else 1
-    for label, x in (("p (pipeline stages)", p), ("m (micro-batches)", m),
-                     ("v (model chunks per rank)", v)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{label} must be a whole number >= 1, got {x!r}")
-    ratio = values["t_b_over_t_f"]
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 100:
-        raise ValueError(f"t_b/t_f must be a positive number (the backward usually takes about "
-                         f"2x the forward), got {ratio!r}")
+    p = pos_int("p (pipeline stages)", values["p"])
+    m = pos_int("m (micro-batches)", values["m"])
+    v = pos_int("v (model chunks per rank)", values["v"]) if name == "interleaved" else 1
+    ratio = number("t_b/t_f", values["t_b_over_t_f"], 0, 100, lo_open=True,
+                   expected="a positive number up to 100",
+                   hint="the backward usually takes about 2x the forward")
     per_mb = 3 if name == "zb-h1" else 2  # F, B (and W) per micro-batch per chunk
     if p * m * v * per_mb > MAX_OPS:
         raise ValueError(f"{p * m * v * per_mb} operations are too many to draw; keep p*m*v "

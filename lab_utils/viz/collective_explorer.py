@@ -14,6 +14,7 @@ from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (LINKS, MB, alg_bandwidth, bus_bandwidth, collective_time,
                             ring_bytes_per_rank)
 from lab_utils.calc.comm import OPS
+from lab_utils.calc._check import choice, number, parse_number, whole
 from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
 
 OP_COLORS = dict(zip(OPS, ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2",
@@ -34,23 +35,16 @@ class CollectiveState:
 
 
 def validate(values: dict[str, Any]) -> CollectiveState:
-    if values["op"] not in OPS:
-        raise ValueError(f"op must be one of {', '.join(OPS)}")
-    n = values["n"]
-    if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= MAX_N:
-        raise ValueError(f"N must be a whole number of ranks between 2 and {MAX_N} (a "
-                         f"collective over one rank moves nothing), got {n!r}")
-    for label, key in (("message size (MB)", "size_mb"), ("bandwidth (GB/s)", "bandwidth_gbs")):
-        x = values[key]
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 < x < 1e9:
-            raise ValueError(f"{label} must be a positive number, got {x!r}")
-    a = values["alpha_us"]
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a < 1e9:
-        raise ValueError(f"alpha (latency per step, µs) must be a number >= 0, got {a!r}")
-    if values["sweep"] not in ("n", "size"):
-        raise ValueError("the x axis must be 'n' (ranks) or 'size' (message size)")
-    return CollectiveState(values["op"], n, values["size_mb"] * MB, a * 1e-6,
-                           values["bandwidth_gbs"] * 1e9, values["sweep"])
+    choice("op", values["op"], OPS)
+    n = whole("N", values["n"], 2, MAX_N,
+              hint="a collective over one rank moves nothing")
+    size = number("message size (MB)", values["size_mb"], 0, 1e9, lo_open=True,
+                  expected="a positive number below 1e9")
+    bw = number("bandwidth (GB/s)", values["bandwidth_gbs"], 0, 1e9, lo_open=True,
+                expected="a positive number below 1e9")
+    a = number("alpha (latency per step, µs)", values["alpha_us"], 0, 1e9)
+    choice("x axis", values["sweep"], ("n", "size"))
+    return CollectiveState(values["op"], n, size * MB, a * 1e-6, bw * 1e9, values["sweep"])
 
 
 def sweep_points(st: CollectiveState) -> list[tuple[int, float]]:
@@ -173,7 +167,7 @@ class CollectiveExplorer(Explorer):
             if change["owner"] is link and link.value in LINKS:
                 bw.value = LINKS[link.value].bytes_per_s / 1e9
             elif change["owner"] is bw and link.value in LINKS and \
-                    bw.value != LINKS[link.value].bytes_per_s / 1e9:
+                    parse_number(bw.value) != LINKS[link.value].bytes_per_s / 1e9:
                 link.value = "custom"
         finally:
             self._holding = held

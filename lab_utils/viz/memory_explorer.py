@@ -12,6 +12,7 @@ from typing import Any
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (GB, GiB, PRESETS, RECIPES, ModelConfig, activation_memory,
                             model_state_memory, param_count)
+from lab_utils.calc._check import boolean, choice, divides, int_choice, number, pos_int
 from lab_utils.calc.activations import RECOMPUTE
 from lab_utils.viz._base import Explorer, Spec, checkbox, dropdown, float_text, int_text
 
@@ -73,27 +74,22 @@ class MemoryState:
 def validate(values: dict[str, Any]) -> MemoryState:
     """Check the controls and return a ``MemoryState``; ValueError says what to fix."""
     n, cfg = model_of(values["model"])
+    # The calculators' own checks (calc._check), so a typed 2.5 or 'abc' gets their message.
     for name in ("dp", "tp", "pp", "micro_batch", "seq_len"):
-        v = values[name]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {v!r}")
-    if values["recipe"] not in RECIPES:
-        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}")
-    if values["zero_stage"] not in (0, 1, 2, 3):
-        raise ValueError("zero_stage must be 0, 1, 2 or 3 (0 = plain DDP)")
-    if values["recompute"] not in RECOMPUTE:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}")
-    if cfg.n_heads % values["tp"]:
-        raise ValueError(f"tp={values['tp']} does not divide the {cfg.n_heads} attention heads "
-                         f"of {cfg.name}: each tensor-parallel rank must own whole heads")
+        pos_int(name, values[name])
+    choice("recipe", values["recipe"], list(RECIPES))
+    int_choice("zero_stage", values["zero_stage"], (0, 1, 2, 3), "0 = plain DDP")
+    choice("recompute", values["recompute"], RECOMPUTE)
+    divides("tp", values["tp"], "n_heads", cfg.n_heads,
+            f"each tensor-parallel rank must own whole attention heads of {cfg.name}")
     if cfg.n_layers % values["pp"]:
         raise ValueError(f"pp={values['pp']} does not divide the {cfg.n_layers} layers of "
                          f"{cfg.name}: every pipeline stage must get whole layers")
-    dev = values["device_gb"]
-    if isinstance(dev, bool) or not isinstance(dev, (int, float)) or not 0 < dev < 1e6:
-        raise ValueError(f"device memory must be a positive number of GB, got {dev!r}")
-    if values["unit"] not in UNITS:
-        raise ValueError("unit must be 'GB' (1e9 bytes) or 'GiB' (2^30 bytes)")
+    dev = number("device memory (GB)", values["device_gb"], 0, 1e6, lo_open=True,
+                 expected="a positive number of GB below 1e6")
+    choice("unit", values["unit"], list(UNITS))
+    for flag in ("sequence_parallel", "activations", "offload", "compare"):
+        boolean(flag, values[flag])
     return MemoryState(values["model"], n, cfg, values["recipe"], values["zero_stage"],
                        values["dp"], values["tp"], values["pp"], values["micro_batch"],
                        values["seq_len"], values["recompute"],

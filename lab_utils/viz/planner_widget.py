@@ -15,6 +15,7 @@ from typing import Any
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (DEVICES, GB, LINKS, PRESETS, Cluster, ModelConfig, Plan,
                             best_per_layout, plan)
+from lab_utils.calc._check import boolean, choice, number, pos_int
 from lab_utils.viz._base import Explorer, Spec, checkbox, dropdown, float_text, int_text
 
 MAX_WORLD = 65_536
@@ -34,25 +35,21 @@ class PlannerState:
 
 
 def validate(values: dict[str, Any]) -> PlannerState:
-    if values["model"] not in PRESETS:
-        raise ValueError(f"unknown model {values['model']!r}")
+    choice("model", values["model"], list(PRESETS))
     for label, key in (("GPUs per node", "gpus_per_node"), ("nodes", "n_nodes"),
                        ("global batch (sequences)", "global_batch"), ("seq len", "seq_len"),
                        ("rows shown", "top_k")):
-        x = values[key]
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{label} must be a whole number >= 1, got {x!r}")
+        pos_int(label, values[key])
     world = values["gpus_per_node"] * values["n_nodes"]
     if world > MAX_WORLD:
         raise ValueError(f"{world} GPUs is more than this planner enumerates ({MAX_WORLD})")
-    for label, key, lo, hi in (("GPU memory (GB)", "gpu_mem_gb", 0, 1e5),
-                               ("compute efficiency", "efficiency", 0, 1)):
-        x = values[key]
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo < x <= hi:
-            raise ValueError(f"{label} must be a number in ({lo:g}, {hi:g}], got {x!r}")
-    for key in ("device", "intra_link", "inter_link"):
-        if values[key] not in (DEVICES if key == "device" else LINKS):
-            raise ValueError(f"unknown {key} {values[key]!r}")
+    for label, key, hi in (("GPU memory (GB)", "gpu_mem_gb", 1e5),
+                           ("compute efficiency", "efficiency", 1)):
+        number(label, values[key], 0, hi, lo_open=True, expected=f"a number in (0, {hi:g}]")
+    choice("device", values["device"], list(DEVICES))
+    choice("intra_link", values["intra_link"], list(LINKS))
+    choice("inter_link", values["inter_link"], list(LINKS))
+    boolean("per_layout", values["per_layout"])
     dev = DEVICES[values["device"]]
     cluster = Cluster(values["gpus_per_node"], values["n_nodes"], values["gpu_mem_gb"] * GB,
                       LINKS[values["intra_link"]].bytes_per_s,

@@ -1,0 +1,66 @@
+"""The flake hunt (`make soak`): the multi-rank tests and the notebooks, again and again.
+
+    .venv/bin/python benchmarks/soak.py [--test-runs 20] [--notebook-runs 5] [--jobs 4]
+
+Runs every multi-rank test file --test-runs times and every notebook --notebook-runs times in quick
+mode (nbval, tests/test_notebooks.py), each pass on --jobs pytest-xdist workers (load on purpose: a race shows up sooner
+under load), then prints one row per test id that ever failed, and a total. A flake found here is
+fixed at its cause, never retried away. Exit status 1 if anything failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+from testsplit import ROOT, read_junit, test_files
+
+
+def one_pass(targets: list[str], jobs: int, report) -> float:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(jobs),
+           f"--junitxml={report}", *targets]
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--test-runs", type=int, default=20)
+    parser.add_argument("--notebook-runs", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=4)
+    ns = parser.parse_args()
+    out = ROOT / "build" / "soak"
+    out.mkdir(parents=True, exist_ok=True)
+    _, multi = test_files()
+    notebooks = ["tests/test_notebooks.py::test_quick_mode_runs_under_nbval"]
+    n_labs = len(list((ROOT / "labs").glob("[0-9][0-9]_*.ipynb")))
+    runs: dict[str, int] = defaultdict(int)
+    failures: dict[str, list[str]] = defaultdict(list)
+    plan = [("tests", multi)] * ns.test_runs + [("notebooks", notebooks)] * ns.notebook_runs
+    for i, (kind, targets) in enumerate(plan):
+        report = out / f"{kind}_{i}.xml"
+        seconds = one_pass(targets, ns.jobs, report)
+        cases = read_junit(report) if report.exists() else []
+        bad = [c for c in cases if c.failed]
+        for c in cases:
+            runs[c.id] += 1
+            if c.failed:
+                failures[c.id].append(c.message)
+        print(f"pass {i + 1}/{len(plan)} ({kind}): {len(cases)} cases, {len(bad)} failed, {seconds:.0f} s",
+              flush=True)
+    print(f"\n{'test id':90} {'runs':>5} {'fails':>5}  first error line")
+    for key in sorted(failures, key=lambda k: -len(failures[k])):
+        print(f"{key[:90]:90} {runs[key]:5} {len(failures[key]):5}  {failures[key][0]}")
+    total_runs = sum(runs.values())
+    print(f"\n{len(runs)} test ids, {total_runs} runs, {sum(len(v) for v in failures.values())} failures "
+          f"({ns.test_runs} passes over {len(multi)} multi-rank test files, {ns.notebook_runs} over "
+          f"{n_labs} notebooks (nbval, quick), {ns.jobs} workers)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Warm ranks: a pool of torchrun ranks that outlives one ``run()`` (lab 00).
+
+    from lab_utils import run, ranks
+    run(fn, 4)            # the first call starts 4 ranks (torchrun, as always) and keeps them
+    run(fn, 4)            # later calls reuse them: milliseconds instead of seconds
+    pool = ranks(4)       # explicit: start (or get) the pool; pool.shutdown() ends it
+    run(fn, 4, cold=True) # a fresh launch that ignores the pool (LAB_UTILS_POOL=0: always)
+
+One pool per process. It is started through torchrun exactly like a cold run (the same engine
+users run on clusters); each rank sets up its process group once and then serves jobs over a
+Unix socket from this process (``serve.py``). A call with another world size, backend or
+distributed environment (TORCH_*, NCCL_*, GLOO_* variables) restarts it; so does any failure:
+a rank that raised, hung or died is reported exactly as in a cold run, then the whole pool is
+killed and the next call starts a fresh one. A run that leaves the ranks in a state the next
+run must not inherit (``isolation.py``) also restarts it. While one thread uses the pool, a
+second thread's run goes to a cold launch instead of waiting.
+
+Why not ipyparallel (evaluated, see docs/CONTRIBUTING.md): its engines are started by its own
+launchers and talk through a controller process; the course needs torchrun-started ranks forked
+after the start line, our failure semantics (the rank that caused a failure, with its original
+traceback; stacks on a hang) and the lifeline that kills every rank with its launcher.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import threading
+import time
+from multiprocessing.connection import Listener
+from typing import Any, Callable
+
+import cloudpickle
+
+from lab_utils.runtime.launch import (RunResults, collect, cpu_cores, drain, make_run_dir,
+                                      start_agent, wait_for_ranks)
+
+START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with margin
+# Imported once in the agent before the ranks are forked: optimizers, DDP and the ledger import
+# torch._dynamo on first use (1-4 s of CPU per rank), which a pool would otherwise pay N times.
+POOL_PRELOAD = ("torch._dynamo",)
+_ENV_PREFIXES = ("TORCH_", "NCCL_", "GLOO_")
+_POOL: "RankPool | None" = None
+_POOL_LOCK = threading.Lock()  # held while a job runs on the pool
+
+
+def _env_key() -> tuple:
+    """The distributed environment a pool was started with: part of its identity."""
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
+
+
+class PoolStartError(RuntimeError):
+    """The ranks of a pool did not come up (their output is in the message)."""
+
+
+class RankPool:
+    """N warm ranks serving jobs; see the module docstring."""
+
+    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = ()):
+        self.world_size, self.backend = world_size, backend
+        self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
+        self.key = (world_size, backend, _env_key())
+        self.run_dir = make_run_dir()
+        self.jobs = 0
+        self.dirty = ""  # why the ranks must not serve another job ("" = healthy)
+        self.pids: dict[int, int] = {}
+        authkey = os.urandom(16)
+        socket_path = os.path.join(self.run_dir, "pool.sock")
+        listener = Listener(socket_path, family="AF_UNIX", authkey=authkey)
+        self.agent = start_agent(world_size, [self.run_dir, "--pool", socket_path],
+                                 max(1, cpu_cores() // world_size), self.preload,
+                                 {"LAB_UTILS_POOL_KEY": authkey.hex(), "LAB_UTILS_BACKEND": backend})
+        try:
+            self.conns = self._accept(listener)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _accept(self, listener: Listener) -> list:
+        """Wait until every rank has set up its process group and connected."""
+        conns: dict[int, Any] = {}
+
+        def accept_all() -> None:
+            try:
+                while len(conns) < self.world_size:
+                    conn = listener.accept()
+                    rank, pid = conn.recv()
+                    conns[rank], self.pids[rank] = conn, pid
+            except OSError:  # listener closed: the start failed or timed out
+                pass
+
+        thread = threading.Thread(target=accept_all, daemon=True)
+        thread.start()
+        log: list[str] = []
+        deadline = time.perf_counter() + START_TIMEOUT_S
+        while len(conns) < self.world_size and time.perf_counter() < deadline and self.agent.running():
+            thread.join(0.05)
+            drain(self.agent, log, quiet=True)
+        listener.close()
+        if len(conns) < self.world_size:
+            drain(self.agent, log, quiet=True)
+            raise PoolStartError(f"{len(conns)} of {self.world_size} ranks came up "
+                                 + ("before the agent exited" if not self.agent.running()
+                                    else f"within {START_TIMEOUT_S:g} s")
+                                 + ". Their output:\n" + "\n".join(log[-30:]))
+        return [conns[r] for r in range(self.world_size)]
+
+    def healthy(self) -> bool:
+        return not self.dirty and self.agent.running()
+
+    def submit(self, kind: str, body: Any, options: dict, timeout_s: float, quiet: bool) -> RunResults:
+        """Run one job on every rank; results, or the failure (the pool is then shut down)."""
+        self.jobs += 1
+        job_dir = os.path.join(self.run_dir, f"job{self.jobs}")
+        os.mkdir(job_dir)
+        for rank, pid in self.pids.items():  # for stacks on a hang and deaths: failures.py
+            with open(os.path.join(job_dir, f"forked{rank}"), "w") as f:
+                f.write(str(pid))
+        options = dict(options, sys_path=list(sys.path), cwd=os.getcwd())
+        message = cloudpickle.dumps((kind, job_dir, body, options))
+        start = time.perf_counter()
+        try:
+            for conn in self.conns:
+                conn.send_bytes(message)
+        except OSError:
+            pass  # a rank is gone: waiting names it
+        try:
+            out = wait_for_ranks(self.agent, job_dir, self.world_size, timeout_s, quiet, True, start)
+        except BaseException:  # KeyboardInterrupt ("interrupt kernel"): every rank goes
+            self.shutdown()
+            raise
+        broken = out.exited < self.world_size  # a failure, a hang, or a clean-up that never ended
+        if broken:
+            self.agent.kill()  # stop every rank before reading what they left
+        drain(self.agent, out.log, quiet)
+        try:
+            results = collect(job_dir, self.world_size, out, timeout_s)
+            reasons = {_read(os.path.join(job_dir, f"rank{r}.done")) for r in range(self.world_size)}
+        finally:
+            if broken:
+                self.dirty = "a rank failed, hung or did not finish cleaning up"
+                self.shutdown()
+            else:
+                shutil.rmtree(job_dir, ignore_errors=True)
+        if any(reasons):
+            self.dirty = "; ".join(sorted(r for r in reasons if r))
+            if not quiet:
+                print(f"[lab_utils] the ranks are not reused after this run ({self.dirty}); "
+                      "the next run starts fresh ones", flush=True)
+        results.pooled = True
+        return results
+
+    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> RunResults:
+        """``lab_utils.run(fn, world_size, ...)`` on this pool's world size and backend."""
+        from lab_utils.runtime.launch import run
+
+        return run(fn, self.world_size, *args, backend=self.backend, **kwargs)
+
+    def execute(self, code: str, timeout_s: float = 120.0, quiet: bool = False) -> RunResults:
+        """Run source code on every rank in its persistent session namespace (``%%ranks``)."""
+        with _POOL_LOCK:
+            return self.submit("exec", code, _options(self.world_size, timeout_s), timeout_s, quiet)
+
+    def pull(self, name: str, timeout_s: float = 60.0) -> list:
+        """The value of ``name`` in every rank's session namespace, indexed by rank."""
+        with _POOL_LOCK:
+            found = self.submit("pull", name, _options(self.world_size, timeout_s), timeout_s, True)
+        missing = [r for r, (defined, _) in enumerate(found) if not defined]
+        if missing:
+            raise NameError(f"name {name!r} is not defined on rank(s) {missing} "
+                            "(define it in a %%ranks cell first)")
+        return [value for _, value in found]
+
+    def shutdown(self) -> None:
+        """Kill every rank of this pool and remove its folder."""
+        global _POOL
+        self.agent.kill()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if _POOL is self:
+            _POOL = None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return "a rank did not finish cleaning up"
+
+
+def _options(world_size: int, timeout_s: float) -> dict:
+    return {"threads": max(1, cpu_cores() // world_size), "pg_timeout_s": 0.75 * timeout_s}
+
+
+def submit_call(world_size: int, backend: str, preload: tuple[str, ...], payload: bytes,
+                options: dict, timeout_s: float, quiet: bool) -> RunResults | None:
+    """``run()`` on the warm pool; None if another thread is using it (then run cold)."""
+    if not _POOL_LOCK.acquire(blocking=False):
+        return None
+    try:
+        return pool_for(world_size, backend, preload).submit("call", payload, options, timeout_s, quiet)
+    finally:
+        _POOL_LOCK.release()
+
+
+def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = ()) -> RankPool:
+    """The process's pool for this world size and backend, (re)started if needed."""
+    global _POOL
+    pool = _POOL
+    if pool is not None and (pool.key != (world_size, backend, _env_key()) or not pool.healthy()
+                             or not set(preload) <= set(pool.preload)):
+        preload = tuple(dict.fromkeys(pool.preload + tuple(preload))) if pool.key[:2] == (world_size, backend) else preload
+        pool.shutdown()
+        pool = None
+    if pool is None:
+        pool = _POOL = RankPool(world_size, backend, preload)
+    return pool
+
+
+def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = ()) -> RankPool:
+    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it."""
+    from lab_utils.runtime.launch import resolve_backend
+
+    return pool_for(world_size, resolve_backend(backend, world_size), tuple(preload))
+
+
+def current() -> RankPool | None:
+    """The running pool, if any."""
+    return _POOL
+
+
+def shutdown() -> None:
+    """End the running pool, if any."""
+    if _POOL is not None:
+        _POOL.shutdown()
+
+
+atexit.register(shutdown)

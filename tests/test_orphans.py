@@ -1,0 +1,139 @@
+"""No orphan ranks: whatever ends the process that launched them, every rank and agent dies.
+
+Each test starts a separate Python process (a stand-in for a notebook kernel, a script or the
+CLI) that launches ranks, then ends it with SIGTERM (``kill PID``, coreutils ``timeout``, a
+supervisor) or SIGKILL (the OOM killer), and checks that no rank of THAT process survives 2 s
+later. The ranks are found by a marker in their environment, so other tests' ranks never count.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from lab_utils.runtime.launch import TMP_PREFIX, clean_stale_run_dirs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = "LAB_UTILS_TEST_MARK"
+
+
+def marked_pids(mark: str, exclude: int) -> list[int]:
+    """Live processes (not zombies) whose environment carries ``MARK=mark``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"{MARK}={mark}".encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        if int(pid) != exclude:
+            found.append(int(pid))
+    return found
+
+
+def gone_within(mark: str, exclude: int, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := marked_pids(mark, exclude)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def start(args: list[str], ready: str, mark: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=ROOT, **{MARK: mark})
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    seen = 0
+    for line in proc.stdout:  # wait until both ranks really run
+        seen += ready in line
+        if seen == 2:
+            break
+    assert seen == 2, "the ranks never started"
+    return proc
+
+
+SLOW = textwrap.dedent("""
+    import sys, time
+    from lab_utils import run
+
+    def slow(ctx):
+        print("started", flush=True)
+        time.sleep(300)
+
+    run(slow, 2, timeout_s=400, cold=sys.argv[1] == "cold")
+""")
+
+
+@pytest.mark.parametrize("how", ["pooled", "cold"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_ranks_die_with_the_process_that_called_run(how, sig):
+    mark = uuid.uuid4().hex
+    proc = start([sys.executable, "-c", SLOW, how], "started", mark)
+    assert len(marked_pids(mark, proc.pid)) >= 3  # the agent and two ranks
+    proc.send_signal(sig)
+    proc.wait(timeout=10)
+    assert gone_within(mark, proc.pid, 2.0) == [], "ranks outlived their caller"
+
+
+def test_ranks_die_when_the_cli_is_terminated(tmp_path):
+    (tmp_path / "slow_target.py").write_text(textwrap.dedent("""
+        import time
+        def slow(ctx):
+            print("started", flush=True)
+            time.sleep(300)
+    """))
+    mark = uuid.uuid4().hex
+    env_path = f"{tmp_path}{os.pathsep}{ROOT}"
+    proc = subprocess.Popen([sys.executable, "-m", "lab_utils", "run", "slow_target:slow", "--nproc", "2",
+                             "--timeout", "400"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=env_path, **{MARK: mark}),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = 0
+    for line in proc.stdout:
+        seen += "started" in line
+        if seen == 2:
+            break
+    proc.send_signal(signal.SIGTERM)  # what `kill PID` and coreutils `timeout` send
+    proc.wait(timeout=10)
+    assert gone_within(mark, proc.pid, 2.0) == []
+
+
+IDLE = textwrap.dedent("""
+    import time
+    from lab_utils import run
+
+    def hello(ctx):
+        print("started", flush=True)
+
+    run(hello, 2)
+    time.sleep(300)          # a kernel between cells: the warm ranks wait for the next run
+""")
+
+
+def test_an_idle_pool_dies_with_its_kernel_and_its_folder_is_cleaned_next_time():
+    mark = uuid.uuid4().hex
+    proc = start([sys.executable, "-c", IDLE], "started", mark)
+    time.sleep(0.5)
+    owned = [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(TMP_PREFIX)
+             and _owner(os.path.join(tempfile.gettempdir(), d)) == proc.pid]
+    assert owned, "the pool keeps a run folder"
+    proc.kill()  # no atexit, no cleanup: like a kernel killed by the OOM killer
+    proc.wait(timeout=10)
+    assert gone_within(mark, proc.pid, 2.0) == []
+    clean_stale_run_dirs()  # what the next launch does first
+    assert not any(os.path.exists(os.path.join(tempfile.gettempdir(), d)) for d in owned)
+
+
+def _owner(path: str) -> int | None:
+    try:
+        with open(os.path.join(path, "owner")) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
