@@ -86,7 +86,7 @@ def _train(ctx: Any, group: Any, n: int, rows: int, steps: int, cfg: GPTConfig,
         sgd_step(model)
         log.append(time.perf_counter() - t0)
         if i > 0:
-            walls.append(time.perf_counter() - t0)
+            walls.append(log[-1])
             cpus.append(time.process_time() - c0)
             comms.append(t_comm)
         if ddp is not None:  # the global batch's mean loss (untimed): the same for every N

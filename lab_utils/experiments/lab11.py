@@ -3,18 +3,14 @@
 Sharded checkpoints, torch.distributed.checkpoint (DCP) with FSDP2:
     dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp
     dcp.load(state, checkpoint_id=path)   # rank r reads the slices ITS layout needs (resharding)
-A DCP save exchanges only small plans between ranks (gathered to rank 0, scattered back); the
-tensor bytes go from every rank straight to storage, in parallel. Rank 0 writes `.metadata`
-LAST: a directory without it is incomplete. Rank-0 saving all-gathers every tensor first.
+A DCP save exchanges only small plans between ranks; the tensor bytes go from every rank straight
+to storage. Rank 0 writes `.metadata` LAST: a directory without it is incomplete.
 Exact resume needs everything that decides the next step: weights, optimizer and scheduler
 state, the step, the data position and every rank's RNG state.
 
     train_run        FSDP2 training, a DCP checkpoint every k steps, optional injected crash
-    elastic_train    the same under torchrun --max-restarts (scripts/elastic_train.py): resumes
-                     from the newest complete checkpoint, logs a timeline to JSON lines
     checkpoint_drill uninterrupted reference + incomplete resumes + sharded vs rank-0 save
-    save_stall       training stall per checkpoint: dcp.save vs dcp.async_save
-Faults (hangs, NaN, drifting replicas, stragglers, flight recorder): experiments/lab11_faults.py.
+Under torchrun (elastic restart, save stalls): lab11_elastic.py; faults: lab11_faults.py.
 """
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank, token_batches
-# re-exported: lab_utils.exercises.find_the_hang imports these two from here
-from lab_utils.experiments.lab11_faults import dp_step, param_checksum  # noqa: F401
+from lab_utils.experiments.lab11_faults import dp_step, param_checksum  # noqa: F401 (find_the_hang)
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.reference import default_loss, make_optimizer
 
@@ -151,7 +146,6 @@ def eval_loss(model, x: torch.Tensor, y: torch.Tensor) -> float:
 @dataclass
 class TrainLog:
     """One rank's record of a training run. Times are time.time() (comparable across processes)."""
-
     start: int                                           # first step run (the checkpoint's step)
     losses: dict[int, float] = field(default_factory=dict)   # step -> global mean loss
     evals: dict[int, float] = field(default_factory=dict)    # saved step -> eval loss before saving
@@ -211,12 +205,9 @@ def _train(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None
 def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
               what=("rng", "data"), crash: tuple[int, int] | None = None,
               fingerprint_at=None) -> TrainLog:
-    """FSDP2 training with a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
-
+    """FSDP2 training, a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
     resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
-    crash=(rank, step): that rank dies mid-step (os._exit), between its forward and backward;
-    the others are left waiting in the backward's reduce-scatter.
-    """
+    crash=(rank, step): that rank dies (os._exit) between its forward and its backward."""
     return _train(ctx, cfg, root, resume_from, what, crash, fingerprint_at)[0]
 
 
@@ -224,7 +215,6 @@ def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = N
 @dataclass(frozen=True)
 class SaveComparison:
     """A sharded DCP save vs a rank-0 full save of the same state, seen from one rank."""
-
     sharded_s: float
     full_s: float
     held_sharded: int          # tensor bytes this rank held for the sharded save (its shards)
@@ -241,7 +231,6 @@ def compare_saves(ctx, model, opt, root: str) -> SaveComparison:
     def held(sd) -> int:  # bytes of the tensors this rank holds (a DTensor: its local shard)
         return sum(held(v) if isinstance(v, dict) else getattr(v, "_local_tensor", v).nbytes
                    for v in sd.values() if isinstance(v, (dict, torch.Tensor)))
-
     times, out = [time.perf_counter()], {}
     for how in ("sharded", "full"):
         dist.barrier(group=ctx.group)
@@ -265,7 +254,6 @@ def compare_saves(ctx, model, opt, root: str) -> SaveComparison:
 @dataclass(frozen=True)
 class CheckpointDrill:
     """checkpoint_drill's result (every rank returns the same global losses)."""
-
     uninterrupted: dict[int, float]   # step -> loss of the run that never crashed
     evals: dict[int, float]           # saved step -> eval loss just before saving
     fingerprint: str                  # full-state sha256 at fingerprint_at
@@ -273,23 +261,28 @@ class CheckpointDrill:
     no_rng: dict[int, float]          # resumed without the RNG states
     no_data: dict[int, float]         # resumed without the data position
     saves: SaveComparison
+    stall: list = field(default_factory=list)   # lab11_elastic.save_stall's, if asked for
 
 
 def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, resume_from: str,
-                     fingerprint_at: int) -> CheckpointDrill:
+                     fingerprint_at: int, stall_root: str | None = None,
+                     stall_steps: int = 4) -> CheckpointDrill:
     """One launch: the uninterrupted run (with checkpoints), two incomplete resumes from the
-    crashed job's checkpoint `resume_from` (no RNG, no data position), and sharded-vs-rank-0
-    saving of the final state."""
+    crashed job's checkpoint `resume_from` (no RNG, no data position), sharded-vs-rank-0
+    saving of the final state and, with `stall_root`, lab11_elastic.save_stall."""
+    from lab_utils.experiments.lab11_elastic import save_stall
+
     full, model, opt = _train(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
     partial = {name: train_run(ctx, cfg, None, resume_from=resume_from, what=what).losses
                for name, what in (("no_rng", ("data",)), ("no_data", ("rng",)))}
-    return CheckpointDrill(uninterrupted=full.losses, evals=full.evals,
+    stall = save_stall(ctx, stall_root, steps=stall_steps) if stall_root else []
+    return CheckpointDrill(uninterrupted=full.losses, evals=full.evals, stall=stall,
                            fingerprint=full.fingerprint, resumed_from=os.path.basename(resume_from),
                            saves=compare_saves(ctx, model, opt, good_root), **partial)
 
 
 @dataclass(frozen=True)
-class Resharded:
+class Resharded:  # what reshard_load returns
     step: int
     eval: float
     data: dict

@@ -8,8 +8,8 @@
                       deadline, the agent's log); HungJob: start one that hangs, signal its ranks
     save_stall        the training stall per checkpoint: dcp.save vs dcp.async_save
 
-The course launcher (lab_utils.run) is itself built on torchrun; these drills call torchrun
-directly, so that restarts, per-rank log files and signals are the ones a cluster job sees.
+These drills call torchrun directly (not lab_utils.run): restarts, per-rank log files and
+signals are then the ones a cluster job sees.
 """
 from __future__ import annotations
 
@@ -38,11 +38,10 @@ def elastic_train(ctx, cfg: RunConfig, root: str, log_dir: str, crash=None,
                   started_at: float | None = None) -> TrainLog:
     """One attempt of an elastic job (run by torchrun, see scripts/elastic_train.py).
 
-    torchrun tells the attempt number in TORCHELASTIC_RESTART_COUNT. The attempt resumes from the
-    newest complete checkpoint under `root` if there is one (a restart), else starts fresh. The
-    crash is injected in attempt 0 only. Every event goes to <log_dir>/attempt<a>_rank<r>.jsonl
-    AS IT HAPPENS (a crashing process cannot write afterwards); `started_at` is the time the
-    process started, before `import torch`, so the restart cost includes the imports.
+    torchrun numbers the attempts (TORCHELASTIC_RESTART_COUNT); each resumes from the newest complete
+    checkpoint under `root` if any. The crash is injected in attempt 0 only. Every event goes to
+    <log_dir>/attempt<a>_rank<r>.jsonl AS IT HAPPENS (a crashing process cannot write afterwards);
+    `started_at`: when the process started, before `import torch` (a restart pays the imports).
     """
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     os.makedirs(log_dir, exist_ok=True)
@@ -65,7 +64,6 @@ def elastic_train(ctx, cfg: RunConfig, root: str, log_dir: str, crash=None,
 @dataclass(frozen=True)
 class ElasticReport:
     """What the elastic drill's logs say (read_elastic_log): the incident as numbers."""
-
     attempts: int
     crash_rank: int
     crash_step: int
@@ -112,7 +110,7 @@ def read_elastic_log(log_dir: str) -> ElasticReport:
 
 # ----------------------------------------------------------------------------- torchrun jobs
 @dataclass(frozen=True)
-class JobResult:
+class JobResult:  # what torchrun_job returns
     returncode: int
     elapsed_s: float
     agent_log: list[str]          # torchrun's own lines (restarts, failures), not the ranks'
@@ -174,11 +172,8 @@ def rank_log(log_dir: str, rank: int, attempt: int = 0, stream: str = "stderr") 
 
 
 class HungJob:
-    """scripts/hung_job.py under torchrun, left hanging so that we can look at it from outside.
-
-    ``wait_until_stuck()`` returns once every rank has written its pid and reached the hanging
-    call; ``signal_all(SIGUSR1)`` asks every rank for its stacks (faulthandler); ``stop()``
-    kills the whole job (its own process group)."""
+    """scripts/hung_job.py under torchrun, left hanging to be looked at from outside:
+    wait_until_stuck(), pids(), signal_all(SIGUSR1) (stacks via faulthandler), stop()."""
 
     def __init__(self, nproc: int, out_dir: str, env: dict | None = None) -> None:
         self.nproc, self.out_dir = nproc, out_dir
@@ -223,7 +218,6 @@ STALL_MODEL = GPTConfig(vocab_size=512, seq_len=32, n_layer=2, n_head=4, d_model
 @dataclass(frozen=True)
 class SaveStall:
     """Per checkpoint: how long the training loop was blocked, and when the file was complete."""
-
     mode: str                  # "none", "sync" (dcp.save) or "async" (dcp.async_save)
     step_s: float              # a training step without a checkpoint (median)
     stall_s: list[float]       # time inside the save call, per checkpoint (this rank)
@@ -277,7 +271,7 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
                 pending = (dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=path,
                                           process_group=ckpt_group), t2)
             stall.append(time.perf_counter() - t2)
-        if pending is not None:
+        if pending is not None:  # the last async save
             pending[0].result()
             complete.append(time.perf_counter() - pending[1])
         steps_s.sort()
@@ -288,10 +282,7 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
 
 def _tensors(sd):
     for v in sd.values():
-        if isinstance(v, dict):
-            yield from _tensors(v)
-        elif isinstance(v, torch.Tensor):
-            yield v
+        yield from _tensors(v) if isinstance(v, dict) else ([v] if isinstance(v, torch.Tensor) else [])
 
 
 def stack_frames(text: str, marker: str = "hung_job", keep: int = 4) -> list[str]:

@@ -170,6 +170,13 @@ def find_stragglers(compute_s: list[float], threshold: float = 1.3) -> list[int]
     return [r for r, t in enumerate(compute_s) if t > threshold * median]
 
 
+def persistent_stragglers(compute_s: list[list[float]], threshold: float = 1.3) -> list[int]:
+    """The same test on each rank's MEDIAN compute over several steps (rows = steps): one
+    disturbed step (a busy machine, a GC pause) does not make a straggler; a slow GPU does."""
+    per_rank = [statistics.median(step[r] for step in compute_s) for r in range(len(compute_s[0]))]
+    return find_stragglers(per_rank, threshold)
+
+
 # ----------------------------------------------------------------------------- a hung job
 FR_PREFIX = "fr_rank_"
 
