@@ -4,6 +4,7 @@
     all_reduce_sweep(ctx, sizes, groups)   messages, bytes and times of gloo / ring / parameter
                                            server all-reduce, for several group sizes, one launch
     time_all_reduce(ctx, sizes)            median time of one all-reduce per implementation and size
+    ring_trace(ctx)                        which ranks' contributions each chunk holds, step by step
     wire_per_collective(ctx)               every collective: bytes sent by formula, ledger and wire
     who_sends_to_whom(ctx)                 rank x rank matrix of wire bytes, ring vs gloo all-reduce
 """
@@ -52,24 +53,28 @@ def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
                      repeats: int = 5) -> dict[int, dict]:
     """Lab 03's experiment in one launch: for each n in ``group_sizes``, ranks 0..n-1 form a
     group; they count, with a CommLedger, the messages and bytes one all-reduce of
-    sizes_bytes[-1] makes this rank send (per implementation, and per phase of the ring),
-    then time every implementation at every size. Ranks outside the group wait at a barrier.
-    Returns {n: {"sends", "bytes", "phases", "times"}} on the group's ranks ({} elsewhere);
+    sizes_bytes[-1] makes this rank send (per implementation, and per phase of the ring), and
+    with a WireMeter the bytes the kernel saw leave this rank; then they time every
+    implementation at every size. Ranks outside the group wait at a barrier.
+    Returns {n: {"sends", "bytes", "wire", "phases", "times"}} on the group's ranks ({}
+    elsewhere): "bytes" = ledger, "wire" = WireMeter's sent (None where it cannot measure),
     "times" as time_all_reduce.
     """
-    from lab_utils.measure import CommLedger  # measure imports calc only; no cycle
+    from lab_utils.measure import CommLedger, WireMeter  # measure imports calc only; no cycle
 
     out: dict[int, dict] = {}
     for n in group_sizes:
         group = dist.new_group(list(range(n)))  # collective: every rank takes part
         if ctx.rank < n:
-            sends, sent = {}, {}
+            sends, sent, wire_sent = {}, {}, {}
             for name in impls:
                 x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
-                with CommLedger() as ledger:
+                dist.barrier(group=group)  # no other rank's traffic inside the block
+                with CommLedger() as ledger, WireMeter(ctx) as wire:
                     IMPLEMENTATIONS[name](x, group)
                 sends[name] = ledger.count("send")
                 sent[name] = ledger.bytes_sent()
+                wire_sent[name] = wire.sent
             x = torch.ones(sizes_bytes[-1] // 4, dtype=torch.float32, device=ctx.device)
             with CommLedger() as ledger:
                 with ledger.phase("reduce_scatter"):
@@ -78,7 +83,8 @@ def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
                     ring_all_gather(x, group)
             phases = {ph: ledger.bytes_sent(phase=ph) for ph in ("reduce_scatter", "all_gather")}
             times = time_all_reduce(ctx, sizes_bytes, impls, repeats, group=group)
-            out[n] = {"sends": sends, "bytes": sent, "phases": phases, "times": times}
+            out[n] = {"sends": sends, "bytes": sent, "wire": wire_sent, "phases": phases,
+                      "times": times}
         dist.barrier(group=ctx.group)
     return out
 
@@ -210,3 +216,67 @@ def who_sends_to_whom(ctx: Any, numel: int = WIRE_NUMEL,
         matrix = wire_matrix(wire, ctx.group)  # collective
         out.append(SendMatrix(name, 4 * numel, matrix))
     return out if ctx.rank == 0 else None
+
+
+# --- The ring, step by step (the diagram of section 2) --------------------------------------
+
+@dataclass
+class RingTrace:
+    """Which ranks' contributions every chunk holds, on every rank, after every ring step.
+
+    steps[k] = (label, sent, held): ``label`` e.g. "RS step 0"; ``sent[r]`` = the chunk rank r
+    sent to its right neighbour in that step (None for the start); ``held[r][c]`` = the sorted
+    ranks whose values chunk c of rank r holds summed.
+    """
+
+    n: int
+    steps: list[tuple[str, list[int | None], list[list[list[int]]]]]
+
+
+def _contributors(chunk: torch.Tensor) -> list[int]:
+    """Rank r starts with 2**r in every element, so a chunk's value is the bitmask of the ranks
+    summed into it (sums of distinct powers of two are exact in float32 for n <= 24)."""
+    mask = int(chunk[0].item())
+    return [r for r in range(mask.bit_length()) if mask >> r & 1]
+
+
+def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
+    """Run the ring all-reduce of ``parallel.collectives`` step by step on the whole group and
+    record, after each step, which contributions every chunk of every rank holds.
+
+    The schedule is ring_reduce_scatter's and ring_all_gather's (same chunk indices, same
+    _exchange of one chunk per step); only a snapshot is added between steps, and the final
+    tensor is checked against ring_all_reduce's. Gathered on rank 0 (None elsewhere).
+    Communication: 2(n-1) steps of one chunk each, plus a gather_object per snapshot.
+    """
+    from lab_utils.parallel.collectives import _chunks, _exchange, _ring, ring_all_reduce
+
+    group = ctx.group
+    n, r, right, left = _ring(group)
+    x = torch.full((n * elems_per_chunk,), float(2 ** r))  # (n * e,): n chunks of e elements
+    chunks = _chunks(x, n)
+    steps: list[tuple[str, list, list]] = []
+
+    def snapshot(label: str, sent: int | None) -> None:
+        mine = ([_contributors(c) for c in chunks], sent)
+        every: list[Any] = [None] * n if r == 0 else None
+        dist.gather_object(mine, every, group=group, dst=dist.get_global_rank(group, 0))
+        if r == 0:
+            steps.append((label, [e[1] for e in every], [e[0] for e in every]))
+
+    snapshot("start", None)
+    scratch = torch.empty_like(chunks[0])
+    for s in range(n - 1):  # reduce-scatter: send my running partial sum, add the incoming one
+        send_i, recv_i = (r - s - 1) % n, (r - s - 2) % n
+        _exchange(chunks[send_i], scratch, right, left, group)
+        chunks[recv_i].add_(scratch)
+        snapshot(f"RS step {s}", send_i)
+    for s in range(n - 1):  # all-gather: forward a finished chunk, store the incoming one
+        send_i, recv_i = (r - s) % n, (r - s - 1) % n
+        _exchange(chunks[send_i], chunks[recv_i], right, left, group)
+        snapshot(f"AG step {s}", send_i)
+    y = torch.full_like(x, float(2 ** r))
+    ring_all_reduce(y, group)
+    if not torch.equal(x, y):
+        raise AssertionError("the traced schedule differs from ring_all_reduce's result")
+    return RingTrace(n, steps) if r == 0 else None

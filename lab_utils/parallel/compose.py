@@ -8,7 +8,8 @@ below take an axis, never a global, and never edit model code (torchtitan's para
                              apply_fsdp(model, mesh["dp"])     # fully_shard (FSDP2)
     3D, from scratch:        stage = apply_pp(model, topo, rank)       # this rank's stage
                              apply_tp_ours(stage, mesh.get_group("tp"))  # lab_utils.parallel.tensor_parallel.layers blocks
-                             1F1B with p2p on the pp axis (MeshStageWorker), then
+                             1F1B with p2p on the pp axis (StageWorker, neighbours from
+                             pipeline_neighbours(topo, rank)), then
                              sync_dp_grads(stage, mesh.get_group("dp"))
 
 Communication per optimizer step and per rank (b rows per micro-batch, T tokens, C = d_model,
@@ -35,14 +36,15 @@ from torch import nn
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.measure import CommLedger
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.pipeline_parallel.schedules import StageWorker, one_f_one_b
+from lab_utils.parallel.pipeline_parallel.schedules import one_f_one_b
+from lab_utils.parallel.pipeline_parallel.stage import StageWorker, pipeline_neighbours
 from lab_utils.reference import make_optimizer
 from lab_utils.topology import Topology
 from lab_utils.parallel.tensor_parallel import layers as T
 
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=4, n_head=4, d_model=32)
 LR = 1e-2
-_TAGS = itertools.count(1)  # a fresh p2p tag per pipeline step (same sequence on every rank)
+_TAGS = itertools.count(1)  # a fresh p2p tag base per pipeline step (same sequence on every rank)
 
 
 # -- the named steps -----------------------------------------------------------------------------
@@ -94,22 +96,6 @@ def sync_dp_grads(module: nn.Module, dp_group) -> int:
     for g, new in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(new.view_as(g))
     return flat.numel() * flat.element_size()
-
-
-class MeshStageWorker(StageWorker):
-    """lab_utils.parallel.pipeline_parallel.schedules's StageWorker with stage indices mapped to GLOBAL ranks on the pp axis.
-    StageWorker sends to `stage +- 1` as if stage == rank (true only when pp is the whole world);
-    here stage s of this rank's pp group is global rank pp_ranks[s]."""
-
-    def __init__(self, pp_ranks: list[int], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.pp_ranks = pp_ranks
-
-    def _recv(self, src: int, what: str) -> torch.Tensor:
-        return super()._recv(self.pp_ranks[src], what)
-
-    def _send(self, t: torch.Tensor, dst: int) -> None:
-        super()._send(t, self.pp_ranks[dst])
 
 
 # -- experiments (each runs on every rank) -------------------------------------------------------
@@ -221,13 +207,13 @@ def train_3d(ctx, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GPTConf
     first_block = sum(len(s.blocks) for s in split_stages(model, pp)[:c["pp"]])
     stage = apply_tp_ours(apply_pp(model, topo, ctx.rank), mesh.get_group("tp"))
     opt = make_optimizer(stage.parameters(), "adamw", lr=LR)
-    pp_ranks = topo.axis_ranks("pp", ctx.rank)
+    prev_rank, next_rank = pipeline_neighbours(topo, ctx.rank)  # global ranks on the pp axis
     B = dp * m * micro_batch
     losses, grads0, ledger = [], None, CommLedger()
     for i, batch in enumerate(token_batches(steps, B, cfg.seq_len, cfg.vocab_size, 1)):
         x, y = shard_for_rank(batch, c["dp"], dp)  # (m * b, T): this dp group's rows
-        w = MeshStageWorker(pp_ranks, c["pp"], pp, stage, x.chunk(m), y.chunk(m),
-                            (micro_batch, cfg.seq_len, cfg.d_model), tag=next(_TAGS))
+        w = StageWorker(stage, c["pp"], pp, prev_rank, next_rank, x.chunk(m), y.chunk(m),
+                        (micro_batch, cfg.seq_len, cfg.d_model), tag=next(_TAGS) * 1024)
         ledger.clear()
         with ledger:
             opt.zero_grad(set_to_none=True)

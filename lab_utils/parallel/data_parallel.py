@@ -13,6 +13,12 @@ latency term is n_params * 2(N-1) * alpha. BucketDDP sends the same P bytes as o
 all-reduce per BUCKET (~bucket_cap_bytes), launched during backward as soon as a bucket's last
 gradient is ready, so communication overlaps the rest of backward (Li et al. 2020, PyTorch DDP).
 
+Averaging convention (one, for both classes): divide each gradient by N, then all-reduce with
+SUM. torch DDP's reducer does the same (dividing BEFORE summing keeps fp16/bf16 sums in range).
+ReduceOp.AVG gives the same numbers in one call and works on NCCL and, in torch 2.13, on gloo
+too (zero.py uses it); what gloo lacks is PREMUL_SUM. Dividing by a power of two is exact, so on
+2 or 4 ranks pre-dividing and AVG agree bit for bit.
+
 Training loop (both classes, and the same shape as with torch DDP):
     out = ddp(x); loss_fn(out, y).backward()
     ddp.finish_gradient_synchronization()      # naive: all-reduce now; bucket: wait + copy back
@@ -75,8 +81,25 @@ class _DataParallelBase(nn.Module):
             self.require_grad_sync = previous
 
 
+def average_gradients(module: nn.Module, group: Any = None) -> None:
+    """Naive DDP's whole communication, called after backward: every gradient becomes its
+    average over the ranks of ``group``, in place, with one blocking all-reduce per parameter
+    (2(N-1)/N * P bytes per rank in total, n_params latency terms, nothing overlapped).
+
+    module.parameters() yields a tied Parameter once (one .grad, already summed over its uses).
+    A parameter without a gradient (frozen, or unused in this forward) is None on every rank of
+    the group alike (same model, same graph), so every rank skips it and the calls still match.
+    """
+    n = dist.get_world_size(group)
+    for p in module.parameters():
+        if p.grad is None:
+            continue
+        p.grad.div_(n)  # pre-divide, then sum = the average (module docstring)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
+
+
 class NaiveDDP(_DataParallelBase):
-    """After backward, one blocking all-reduce per parameter gradient, then divide by N.
+    """After backward, average_gradients: one blocking all-reduce per parameter gradient.
 
     Cost per step: n_params all-reduces, 2(N-1)/N * P bytes per rank in total, none of it
     overlapped with computation (picotron's DataParallelNaive, minus the per-grad hooks).
@@ -85,11 +108,7 @@ class NaiveDDP(_DataParallelBase):
     def finish_gradient_synchronization(self) -> None:
         if not self._sync_pending:
             return  # the last forward ran under no_sync(): keep accumulating locally
-        for p in self.params:
-            if p.grad is None:
-                continue  # unused this step on every rank (same graph on every rank)
-            dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=self.group)
-            p.grad.div_(self.world_size)  # gloo has no AVG (nor PREMUL_SUM): sum, then divide
+        average_gradients(self.module, self.group)
         self._sync_pending = False
 
 
@@ -126,7 +145,7 @@ def grad_ready(bucket: Bucket, param: nn.Parameter) -> None:
     bucket.grad_view(param).copy_(param.grad)  # flatten: this gradient's slot in the flat buffer
     bucket.num_ready += 1
     if bucket.num_ready == len(bucket.params):  # launching earlier would send missing slots
-        bucket.buffer.div_(bucket.world_size)  # average = sum of (grad / N); gloo has no AVG
+        bucket.buffer.div_(bucket.world_size)  # pre-divide, then sum = the average (see top)
         bucket.work = dist.all_reduce(bucket.buffer, group=bucket.group, async_op=True)
 
 

@@ -1,37 +1,23 @@
 """The same pipeline through torch.distributed.pipelining: GPipe, 1F1B, interleaved 1F1B and
-zero-bubble schedules (lab 07, after the from-scratch versions in ``lab_utils.parallel.pipeline_parallel.schedules``).
+zero-bubble schedules (lab 07, after the from-scratch versions in ``schedules.py``).
 
-Rank r holds v stages (model chunks) of the tiny GPT, cut by ``models.split_stages`` into p*v
-stages: "loop" placement r, r+p, ... for ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble
-(Narayanan et al. 2021 Sec. 2.2.2; Qi et al. 2023), "V" placement r and 2p-1-r for
-ScheduleZBVZeroBubble (Qi et al. 2023 Sec. 6).
+Rank r holds v stages (model chunks) of p*v: "loop" placement r, r+p, ... for
+ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble (Narayanan et al. 2021 Sec. 2.2.2;
+Qi et al. 2023), "V" placement r and 2p-1-r for ScheduleZBVZeroBubble (Qi et al. 2023 Sec. 6).
 
-Communication: torch's PipelineStage sends the same p2p messages as lab_utils.parallel.pipeline_parallel.schedules, activation
-forward and activation-gradient backward, (b, T, C) fp32 = 4bTC bytes each, but per STAGE
-boundary: with v chunks a micro-batch crosses p*v - 1 boundaries instead of p - 1, so the p2p
-traffic per step is v times that of 1F1B (the price of the v-times-smaller bubble).
-
-Timing: torch runs the schedule, so we time INSIDE the stage modules. ``TimedStage`` wraps a
-stage; in SIMULATED-COMPUTE mode its forward is padded to t_f/v, and its backward sleeps
-(t_b - t_w)/v on the input-gradient path ("B") and t_w/v on a branch that only the
-weight-gradient pass reaches ("W"). Zero-bubble schedules run those two at different times;
-the others run them back to back. The real compute still runs, so losses and gradients are
-exact; the backward's real compute (tiny) is not inside the recorded spans.
+Communication: torch's PipelineStage sends the same p2p messages as our StageWorker, the
+activation forward and the activation gradient backward, (b, T, C) fp32 = 4bTC bytes each, per
+STAGE boundary: with v chunks a micro-batch crosses p*v - 1 boundaries instead of p - 1, so the
+p2p traffic per step is v times that of 1F1B (the price of the v-times-smaller bubble).
 """
 from __future__ import annotations
 
-import gc
-import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-import torch
-import torch.distributed as dist
 from torch import nn
 
-from lab_utils.calc.timeline import bubble_from_timeline
-from lab_utils.measure import Timeline
-from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, make_batch
+from lab_utils.models import GPTConfig
+from lab_utils.parallel.pipeline_parallel.stage import stage_position
 
 TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 # name -> (class in torch.distributed.pipelining, chunks per rank v, placement, backward split
@@ -47,178 +33,28 @@ TORCH_SCHEDULES = {
 
 def stage_ids(rank: int, p: int, v: int, placement: str = "loop") -> list[int]:
     """Which of the p*v stages rank ``rank`` holds: loop r, r+p, ...; V: r and 2p-1-r."""
-    if placement == "V":
-        return [rank, 2 * p - 1 - rank]
-    return [rank + c * p for c in range(v)]
+    return [k for k in range(p * v) if stage_position(k, p, placement) == rank]
 
 
-class _SimF(torch.autograd.Function):
-    """Identity; forward pads the stage's forward, backward sleeps the input-gradient time."""
-
-    @staticmethod
-    def forward(ctx, h, stage: "TimedStage", t0: float):
-        ctx.stage = stage
-        stage.record("F", stage.n_f, t0, stage.t_f)
-        stage.n_f += 1
-        return h.clone()  # a new tensor (torch.pipelining detaches stage outputs in place)
-
-    @staticmethod
-    def backward(ctx, g):
-        s = ctx.stage
-        s.record("B", s.n_b, s.timeline.now(), s.t_b - s.t_w)
-        s.n_b += 1
-        return g, None, None
-
-
-class _SimW(torch.autograd.Function):
-    """0 * w in forward; its backward (the weight-gradient pass only) sleeps t_w."""
-
-    @staticmethod
-    def forward(ctx, w, stage: "TimedStage"):
-        ctx.stage = stage
-        return w * 0
-
-    @staticmethod
-    def backward(ctx, g):
-        s = ctx.stage
-        s.record("W", s.n_w, s.timeline.now(), s.t_w)
-        s.n_w += 1
-        return g * 0, None
-
-
-class TimedStage(nn.Module):
-    """A pipeline stage that records F / B / W spans; SIMULATED COMPUTE when times are > 0."""
-
-    def __init__(self, inner: nn.Module, stage_id: int, timeline: Timeline) -> None:
-        super().__init__()
-        self.inner, self.stage_id, self.timeline = inner, stage_id, timeline
-        self.w_dummy = nn.Parameter(torch.zeros(()))  # anchors the weight-only "W" branch
-        self.set_times(0.0, 0.0, 0.0)
-
-    def set_times(self, t_f: float, t_b: float, t_w: float) -> None:
-        self.t_f, self.t_b, self.t_w = t_f, t_b, t_w
-        self.n_f = self.n_b = self.n_w = 0  # micro-batch ids: each stage runs them in order
-
-    def record(self, name: str, mb: int, t0: float, duration: float) -> None:
-        left = t0 + duration - self.timeline.now()
-        if left > 0:
-            time.sleep(left)  # SIMULATED COMPUTE
-        self.timeline.add(name, t0, self.timeline.now(), mb=mb, stage=self.stage_id)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = self.timeline.now()
-        h = self.inner(x) + _SimW.apply(self.w_dummy, self)  # + 0: values unchanged
-        return _SimF.apply(h, self, t0)  # (b, T, C), or logits (b, T, V) on the last stage
-
-
-def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
-                        cfg: GPTConfig = TORCH_CONFIG, sim: SimCompute | None = None,
-                        t_w_frac: float = 0.5, seed: int = 0) -> dict:
-    """One training step with torch's schedule ``schedule`` on p = world-size ranks.
-
-    An untimed warm-up step first (real compute), then a timed one (simulated compute if
-    ``sim``; t_w = t_w_frac * t_b is the weight-gradient part). Returns this rank's events,
-    per-micro-batch losses (rank holding the last stage) and gradients by parameter name.
-    """
+def build_schedule(name: str, modules: Sequence[nn.Module], ids: Sequence[int], ctx: Any,
+                   m: int, loss_fn: Callable) -> Any:
+    """torch's schedule ``name`` over this rank's stage modules (``modules[i]`` is stage
+    ``ids[i]`` of p*v, p = ctx.world_size). Call ``.step(x)`` on the rank holding stage 0,
+    ``.step(target=y, losses=[])`` on the one holding the last, ``.step()`` elsewhere."""
     import torch.distributed.pipelining as pipelining
 
-    cls_name, v, placement, _ = TORCH_SCHEDULES[schedule]
-    p, rank = ctx.world_size, ctx.rank
-    gc.freeze()  # no full garbage collection of torch's objects inside the timed step
-    model = TinyGPT(cfg, seed=seed)
-    all_stages = split_stages(model, p * v)
-    timeline = Timeline(ctx)
-    ids = stage_ids(rank, p, v, placement)
-    mods = [TimedStage(all_stages[i], i, timeline) for i in ids]
-    stages = [pipelining.PipelineStage(mod, i, p * v, ctx.device, group=ctx.group)
-              for mod, i in zip(mods, ids)]
+    cls_name, v, _, _ = TORCH_SCHEDULES[name]
+    n = ctx.world_size * v
+    stages = [pipelining.PipelineStage(mod, i, n, ctx.device, group=ctx.group)
+              for mod, i in zip(modules, ids)]
     cls = getattr(pipelining, cls_name)
-    sched = cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=lm_loss)
-    x, y = make_batch(m, micro_batch, cfg, seed)
-    has_first, has_last = 0 in ids, p * v - 1 in ids
-    for timed in (False, True):  # warm-up step (real compute, untimed), then the timed step
-        model.zero_grad(set_to_none=True)
-        t_f, t_b = sim.times(rank) if (sim and timed) else (0.0, 0.0)
-        for mod in mods:
-            mod.set_times(t_f / v, t_b / v, t_w_frac * t_b / v)
-        timeline.events.clear()
-        dist.barrier()
-        losses: list[torch.Tensor] = []
-        args = (x,) if has_first else ()
-        kwargs = dict(target=y, losses=losses) if has_last else {}
-        sched.step(*args, **kwargs)
-    own = {id(q) for st in (all_stages[i] for i in ids) for q in st.parameters()}
-    grads = {n: q.grad.clone() for n, q in model.named_parameters() if id(q) in own}
-    return dict(events=list(timeline.events), grads=grads,
-                losses=[loss.item() for loss in losses] if has_last else None)
+    return cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
 
 
-def replay(events: Sequence[dict], t_f: float = 1.0, t_b: float = 2.0, t_w: float | None = None,
-           v: int = 1, split: bool = False) -> list[dict] | None:
-    """Re-time a measured per-rank ORDER of operations with exact op times and free p2p.
-
-    Each rank runs its events (dicts with rank, name F/B/W, mb, stage) in the order recorded;
-    an op starts when its rank is free and its input exists: F(i, k) after F(i, k-1), B(i, k)
-    after B(i, k+1) (the last stage: after its own F), W(i, k) after B(i, k). Ops last t_f / v,
-    t_b / v (B) or, when ``split`` (zero-bubble: W deferred), (t_b - t_w) / v (B) and t_w / v (W,
-    t_w = t_b / 2 by default). Without ``split``, W events are dropped: they are part of B.
-    What is left is the SCHEDULE's own bubble, without the runtime's overheads; None if the
-    order deadlocks. The same max-plus recursion as calc.pipeline.schedule, on a measured order.
-    """
-    events = [e for e in events if split or e["name"] != "W"]
-    t_w = t_b / 2 if t_w is None else t_w
-    dur = {"F": t_f / v, "B": (t_b - t_w if split else t_b) / v, "W": t_w / v}
-    last = max(e["stage"] for e in events)
-    queues: dict[int, list[dict]] = {}
-    for e in sorted(events, key=lambda e: e["start"]):
-        queues.setdefault(e["rank"], []).append(e)
-    end: dict[tuple[str, int, int], float] = {}
-    free, pos, out = dict.fromkeys(queues, 0.0), dict.fromkeys(queues, 0), []
-    while len(out) < len(events):
-        moved = False
-        for r, queue in queues.items():
-            while pos[r] < len(queue):
-                e = queue[pos[r]]
-                name, i, k = e["name"], e["mb"], e["stage"]
-                dep = {"F": ("F", i, k - 1) if k > 0 else None,
-                       "B": ("B", i, k + 1) if k < last else ("F", i, k), "W": ("B", i, k)}[name]
-                if dep is not None and dep not in end:
-                    break  # waits for another stage
-                start = max(free[r], end[dep] if dep else 0.0)
-                free[r] = end[(name, i, k)] = start + dur[name]
-                out.append(dict(e, start=start, end=free[r]))
-                pos[r], moved = pos[r] + 1, True
-        if not moved:
-            return None
-    return out
-
-
-def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
-    """Several torch-schedule experiments in one launch (dicts of torch_pipeline_step kwargs)."""
-    return [torch_pipeline_step(ctx, **exp) for exp in experiments]
-
-
-def run_torch_pipeline(experiments: list[dict], world_size: int, **run_kwargs: Any) -> list[dict]:
-    """Launch; per experiment: events (all ranks, t=0 at the first op), bubble, mean loss, grads,
-    and ``replayed``: the same per-rank order re-timed by ``replay`` (simulated-compute times,
-    else t_f = 1, t_b = 2)."""
-    from lab_utils.runtime.launch import run
-
-    # torch.distributed.pipelining costs ~6 s of CPU to import: once in the agent, not per rank
-    res = run(torch_worker, world_size, experiments,
-              **{"quiet": True, "preload": ("torch.distributed.pipelining",), **run_kwargs})
-    out = []
-    for k, exp in enumerate(experiments):
-        per_rank: Sequence[dict] = [res[r][k] for r in range(world_size)]
-        events = [e for r in per_rank for e in r["events"]]
-        t0 = min(e["start"] for e in events)
-        events = [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in events]
-        losses = next(r["losses"] for r in per_rank if r["losses"] is not None)
-        sim, (_, v, _, split) = exp.get("sim"), TORCH_SCHEDULES[exp["schedule"]]
-        t_f, t_b = sim.times(0) if sim else (1.0, 2.0)
-        ideal = replay(events, t_f, t_b, exp.get("t_w_frac", 0.5) * t_b, v, split)
-        out.append(dict({"m": 4, **exp}, events=events, bubble=bubble_from_timeline(events),
-                        replayed=ideal, replayed_bubble=ideal and bubble_from_timeline(ideal),
-                        loss=sum(losses) / len(losses),  # mean of micro-batch means = global mean
-                        grads={n: g for r in per_rank for n, g in r["grads"].items()}))
-    return out
+def __getattr__(name: str):
+    # ``replay`` moved to lab_utils.experiments.lab07.torch_pipeline; kept importable from here
+    # for lab_utils/exercises/onef1b_order.py.
+    if name == "replay":
+        from lab_utils.experiments.lab07.torch_pipeline import replay
+        return replay
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,15 @@
+"""Lab 07's experiments (pipeline parallelism): what the notebook, tests, benchmark and exercises launch.
+
+    pipeline.py         the from-scratch schedules on real ranks: gradients, bubble, memory, bytes
+    sim.py              simulated compute and the observer that times the StageWorkers from outside
+    torch_pipeline.py   torch.distributed.pipelining's schedules, timed inside the stages; replay
+"""
+from lab_utils.experiments.lab07.pipeline import (PP_CONFIG, PipelineRun, StageRun, grad_error,
+                                                  make_batch, merge, p2p_bytes_formula,
+                                                  pipeline_step, pp_worker, reference_grads,
+                                                  run_pipeline, stage_compute_costs)
+from lab_utils.experiments.lab07.sim import SimCompute, StageObserver
+
+__all__ = ["PP_CONFIG", "PipelineRun", "StageRun", "grad_error", "make_batch", "merge",
+           "p2p_bytes_formula", "pipeline_step", "pp_worker", "reference_grads", "run_pipeline",
+           "stage_compute_costs", "SimCompute", "StageObserver"]
