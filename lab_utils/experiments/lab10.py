@@ -239,7 +239,7 @@ def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8
     wide ToyMLP (6.3M parameters, 25 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
     1F1B pipeline (lab 07's ``pipeline_step``, simulated compute t_f) for each m in
     ``bubble_ms``: its measured per-rank timeline. Every rank returns its own results."""
-    from lab_utils.parallel.pipeline_parallel.schedules import SimCompute, pipeline_step
+    from lab_utils.experiments.lab07 import SimCompute, pipeline_step
 
     cfg = SCALING_CONFIG
     x, y = shard_for_rank(token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0],
@@ -250,5 +250,5 @@ def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8
     return Bottlenecks(
         compute_bound=_comm_vs_compute(ctx, TinyGPT(cfg, seed=0), x, y, lm_loss, steps),
         comm_bound=_comm_vs_compute(ctx, mlp, xm, ym, torch.nn.functional.mse_loss, steps),
-        pipeline={m: pipeline_step(ctx, "1f1b", m=m, sim=SimCompute(t_f=t_f))["events"]
+        pipeline={m: pipeline_step(ctx, "1f1b", m=m, sim=SimCompute(t_f=t_f)).events
                   for m in bubble_ms})
