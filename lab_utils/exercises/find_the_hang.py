@@ -9,7 +9,8 @@ expect_hang runs a drill that must hang and returns the launcher's RankTimeout.
 
 The exercise: train data-parallel on per-rank batch lists of DIFFERENT lengths without hanging:
 every rank must run the same number of steps, the smallest count (the surplus is dropped, as
-drop_last would), each step averaging gradients over all ranks.
+DistributedSampler(drop_last=True) would for a map-style dataset; a DataLoader's drop_last does not
+equalise counts across ranks), each step averaging gradients over all ranks.
 """
 from __future__ import annotations
 
@@ -66,18 +67,23 @@ def hang_uneven(ctx, steps: int = 3, extra_rank: int = 3, fix: str = "none",
     return len(batches)
 
 
-def expect_hang(fn, world_size: int, deadline_s: float, *args, **kwargs):
+def expect_hang(fn, world_size: int, deadline_s: float, *args, expect: list[int] | None = None,
+                **kwargs):
     """Run a drill that must hang; return its RankTimeout. The process-group timeout is set far
     beyond the deadline, so the launcher's deadline ends the run and reports each stuck rank's
-    stack. On a machine so loaded that no rank finished by the deadline, retry once at 2x."""
+    stack. On a machine so loaded that ranks which should have finished had not reached the end
+    by the deadline (none finished, or the stuck ranks are not `expect`), retry with twice,
+    then four times the deadline."""
     from lab_utils.runtime.launch import RankTimeout, run
 
-    for deadline in (deadline_s, 2 * deadline_s):
+    for deadline in (deadline_s, 2 * deadline_s, 4 * deadline_s):
         try:
             run(fn, world_size, *args, backend="gloo", timeout_s=deadline, pg_timeout_s=300,
                 quiet=True, **kwargs)
         except RankTimeout as exc:
-            if len(exc.unfinished) < world_size or deadline > deadline_s:
+            stuck = sorted(exc.unfinished)
+            done = stuck == sorted(expect) if expect is not None else len(stuck) < world_size
+            if done or deadline == 4 * deadline_s:
                 return exc
             continue
         raise AssertionError(f"{getattr(fn, '__name__', fn)} was expected to hang but finished")

@@ -1,31 +1,35 @@
-"""Production drills (lab 11): checkpoint and resume exactly, then break training on purpose.
+"""Production drills (lab 11), part 1: checkpoint, crash, restart, resume exactly.
 
 Sharded checkpoints, torch.distributed.checkpoint (DCP) with FSDP2:
     dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp
     dcp.load(state, checkpoint_id=path)   # rank r reads the slices ITS layout needs (resharding)
-A DCP save communicates only small plans (gathered to rank 0, scattered back); the tensor bytes
-go straight to disk, from every rank in parallel. Rank 0 writes `.metadata` LAST: a directory
-without it is incomplete. Rank-0 saving all-gathers every tensor into one process first.
+A DCP save exchanges only small plans between ranks; the tensor bytes go from every rank straight
+to storage. Rank 0 writes `.metadata` LAST: a directory without it is incomplete.
 Exact resume needs everything that decides the next step: weights, optimizer and scheduler
-state, the step, the data position and every rank's RNG state. The NaN and divergence drills use
-a ToyMLP with hand-written data parallelism (the hang drills: lab_utils/exercises/find_the_hang).
+state, the step, the data position and every rank's RNG state.
+
+    train_run        FSDP2 training, a DCP checkpoint every k steps, optional injected crash
+    checkpoint_drill uninterrupted reference + incomplete resumes + sharded vs rank-0 save
+Under torchrun (elastic restart, save stalls): lab11_elastic.py; faults: lab11_faults.py.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
-from lab_utils.data import regression_batches, shard_for_rank, token_batches
-from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
+from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.experiments.lab11_faults import dp_step, param_checksum  # noqa: F401 (find_the_hang)
+from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.reference import default_loss, make_optimizer
 
 
-# ----------------------------------------------------------------------------- checkpointing
+# ----------------------------------------------------------------------------- the run
 @dataclass(frozen=True)
 class RunConfig:
     model: GPTConfig = field(default_factory=lambda: GPTConfig(dropout=0.1))  # dropout: RNG matters
@@ -46,7 +50,7 @@ class ShuffledLoader:
         self.n, self.batch, self.seed, self.epoch, self.pos = n_samples, batch, seed, 0, 0
 
     def next_indices(self) -> torch.Tensor:
-        if self.pos + self.batch > self.n:  # drop_last: every step is a full global batch
+        if self.pos + self.batch > self.n:  # a new epoch: every step is a full global batch
             self.epoch, self.pos = self.epoch + 1, 0
         g = torch.Generator().manual_seed(1000 * self.seed + self.epoch)
         idx = torch.randperm(self.n, generator=g)[self.pos:self.pos + self.batch]
@@ -139,67 +143,94 @@ def eval_loss(model, x: torch.Tensor, y: torch.Tensor) -> float:
     return loss
 
 
-def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
-              what=("rng", "data"), crash: tuple[int, int] | None = None, fingerprint_at=None):
-    """FSDP2 training with a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
+@dataclass
+class TrainLog:
+    """One rank's record of a training run. Times are time.time() (comparable across processes)."""
+    start: int                                           # first step run (the checkpoint's step)
+    losses: dict[int, float] = field(default_factory=dict)   # step -> global mean loss
+    evals: dict[int, float] = field(default_factory=dict)    # saved step -> eval loss before saving
+    fingerprint: str | None = None                       # full-state sha256 at fingerprint_at
+    events: list[dict] = field(default_factory=list)     # {kind, start, end, step}: load/step/save
 
-    resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
-    crash=(rank, step): that rank dies mid-step (os._exit: no exception, no cleanup, like a
-    SIGKILL or a lost node); the others are left waiting in the backward's reduce-scatter.
-    Returns the global mean loss of every step run, the eval loss just before every save, and
-    (at step fingerprint_at) the fingerprint of the full state.
-    """
+
+def _train(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
+           what=("rng", "data"), crash: tuple[int, int] | None = None, fingerprint_at=None,
+           record: Callable[[dict], None] | None = None):
+    """The training loop behind train_run and elastic_train; returns (TrainLog, model, opt)."""
     import torch.distributed.checkpoint as dcp
 
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # per-rank RNG stream: ranks need different dropout
     model, opt, sched = build(cfg)
     loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
     inputs, targets, eval_x, eval_y = _data(cfg)
-    start = restore(resume_from, model, opt, sched, loader, ctx.rank, what) if resume_from else 0
-    out = {"start": start, "losses": {}, "evals": {}, "fingerprint": None, "model": (model, opt)}
-    for step in range(start, cfg.steps):
+    log = TrainLog(start=0)
+
+    def note(kind: str, t0: float, **extra) -> None:
+        event = {"kind": kind, "start": t0, "end": time.time(), "rank": ctx.rank, **extra}
+        log.events.append(event)
+        if record is not None:
+            record(event)
+
+    if resume_from:
+        t0 = time.time()
+        log.start = restore(resume_from, model, opt, sched, loader, ctx.rank, what)
+        note("load", t0, step=log.start)
+    for step in range(log.start, cfg.steps):
+        t0 = time.time()
         idx = shard_for_rank(loader.next_indices(), ctx.rank, ctx.world_size)  # (B/W,)
         opt.zero_grad()
         loss = default_loss(model(inputs[idx]), targets[idx])
         if crash == (ctx.rank, step):
+            note("crash", t0, step=step)
             print(f"simulated crash: rank {ctx.rank} dies in step {step} (os._exit)", flush=True)
-            os._exit(1)
+            os._exit(1)  # no exception, no cleanup: a segfault, the OOM killer, a lost node
         loss.backward()
         opt.step()
         sched.step()
         mean = loss.detach().clone()
         dist.all_reduce(mean, group=ctx.group)
-        out["losses"][step] = (mean / ctx.world_size).item()
+        log.losses[step] = (mean / ctx.world_size).item()
+        note("step", t0, step=step, loss=log.losses[step])
         if root is not None and (step + 1) % cfg.ckpt_every == 0:
-            out["evals"][step + 1] = eval_loss(model, eval_x, eval_y)  # "the loss before saving"
+            log.evals[step + 1] = eval_loss(model, eval_x, eval_y)  # "the loss before saving"
+            t0 = time.time()
             state = train_state(model, opt, sched, loader, step + 1, ctx.rank)
             dcp.save(state, checkpoint_id=os.path.join(root, f"step_{step + 1:06d}"))  # collective
+            note("save", t0, step=step + 1)
             if step + 1 == fingerprint_at:
-                out["fingerprint"] = full_fingerprint(model, opt)
-    return out
+                log.fingerprint = full_fingerprint(model, opt)
+    return log, model, opt
 
 
-def reshard_load(ctx, cfg: RunConfig, path: str) -> dict:
-    """Load a checkpoint saved on any number of ranks into THIS world size; eval, fingerprint."""
-    model, opt, sched = build(cfg)
-    loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
-    step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
-    _, _, eval_x, eval_y = _data(cfg)
-    return {"step": step, "eval": eval_loss(model, eval_x, eval_y), "data": loader.state_dict(),
-            "fingerprint": full_fingerprint(model, opt), "lr": sched.get_last_lr()[0]}
+def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
+              what=("rng", "data"), crash: tuple[int, int] | None = None,
+              fingerprint_at=None) -> TrainLog:
+    """FSDP2 training, a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
+    resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
+    crash=(rank, step): that rank dies (os._exit) between its forward and its backward."""
+    return _train(ctx, cfg, root, resume_from, what, crash, fingerprint_at)[0]
 
 
-def compare_saves(ctx, model, opt, root: str) -> dict:
+# ----------------------------------------------------------------------------- one launch
+@dataclass(frozen=True)
+class SaveComparison:
+    """A sharded DCP save vs a rank-0 full save of the same state, seen from one rank."""
+    sharded_s: float
+    full_s: float
+    held_sharded: int          # tensor bytes this rank held for the sharded save (its shards)
+    held_full: int             # ... for the rank-0 save (rank 0: everything; others: 0)
+    files: dict[str, int]      # the sharded checkpoint's files and their sizes
+    full_file: int             # size of the rank-0 file (0 on other ranks)
+
+
+def compare_saves(ctx, model, opt, root: str) -> SaveComparison:
     """Time and size a sharded DCP save against a rank-0 full save of the same state."""
-    import time
-
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     def held(sd) -> int:  # bytes of the tensors this rank holds (a DTensor: its local shard)
         return sum(held(v) if isinstance(v, dict) else getattr(v, "_local_tensor", v).nbytes
                    for v in sd.values() if isinstance(v, (dict, torch.Tensor)))
-
     times, out = [time.perf_counter()], {}
     for how in ("sharded", "full"):
         dist.barrier(group=ctx.group)
@@ -214,116 +245,56 @@ def compare_saves(ctx, model, opt, root: str) -> dict:
         dist.barrier(group=ctx.group)
         times.append(time.perf_counter())
         out[f"{how}_s"], out[f"held_{how}"] = times[-1] - times[-2], held({"m": msd, "o": osd})
-    out["files"] = {f: os.path.getsize(os.path.join(root, "sharded", f))
-                    for f in os.listdir(os.path.join(root, "sharded"))}
-    out["full_file"] = os.path.getsize(os.path.join(root, "full_rank0.pt")) if ctx.rank == 0 else 0
-    return out
+    files = {f: os.path.getsize(os.path.join(root, "sharded", f))
+             for f in os.listdir(os.path.join(root, "sharded"))}
+    full = os.path.getsize(os.path.join(root, "full_rank0.pt")) if ctx.rank == 0 else 0
+    return SaveComparison(files=files, full_file=full, **out)
 
 
-def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, crashed_root: str, fingerprint_at: int):
-    """One launch: the uninterrupted run (with checkpoints), the exact resume of the crashed run,
-    two incomplete resumes (no RNG, no data position), and sharded-vs-rank-0 saving."""
-    full = train_run(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
-    out = {"uninterrupted": full["losses"], "evals": full["evals"],
-           "fingerprint": full["fingerprint"]}
-    last = latest_checkpoint(crashed_root)  # read before anything new is written there
-    out["resumed_from"] = os.path.basename(last)
-    for name, what in (("no RNG", ("data",)), ("no data position", ("rng",))):
-        out[name] = train_run(ctx, cfg, None, resume_from=last, what=what)["losses"]
-    out["resumed"] = train_run(ctx, cfg, crashed_root, resume_from=last)["losses"]  # keeps saving
-    out["saves"] = compare_saves(ctx, *full["model"], good_root)
-    return out
+@dataclass(frozen=True)
+class CheckpointDrill:
+    """checkpoint_drill's result (every rank returns the same global losses)."""
+    uninterrupted: dict[int, float]   # step -> loss of the run that never crashed
+    evals: dict[int, float]           # saved step -> eval loss just before saving
+    fingerprint: str                  # full-state sha256 at fingerprint_at
+    resumed_from: str                 # the checkpoint the incomplete resumes started from
+    no_rng: dict[int, float]          # resumed without the RNG states
+    no_data: dict[int, float]         # resumed without the data position
+    saves: SaveComparison
+    stall: list = field(default_factory=list)   # lab11_elastic.save_stall's, if asked for
 
 
-# ----------------------------------------------------------------------------- fault drills
-# A ToyMLP with hand-written data parallelism (lab 04) and SGD written out: a drill rank reaches its
-# collectives quickly (the first use of torch.optim imports torch._dynamo, seconds on a busy CPU).
-def dp_step(model, x, y, group, lr: float = 0.1) -> float:
-    """One DP step: local backward, all-reduce every gradient (average), SGD update."""
-    model.zero_grad()
-    loss = F.mse_loss(model(x), y)
-    loss.backward()
-    average_grads_and_step(model, group, lr)
-    return loss.item()
+def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, resume_from: str,
+                     fingerprint_at: int, stall_root: str | None = None,
+                     stall_steps: int = 4) -> CheckpointDrill:
+    """One launch: the uninterrupted run (with checkpoints), two incomplete resumes from the
+    crashed job's checkpoint `resume_from` (no RNG, no data position), sharded-vs-rank-0
+    saving of the final state and, with `stall_root`, lab11_elastic.save_stall."""
+    from lab_utils.experiments.lab11_elastic import save_stall
+
+    full, model, opt = _train(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
+    partial = {name: train_run(ctx, cfg, None, resume_from=resume_from, what=what).losses
+               for name, what in (("no_rng", ("data",)), ("no_data", ("rng",)))}
+    stall = save_stall(ctx, stall_root, steps=stall_steps) if stall_root else []
+    return CheckpointDrill(uninterrupted=full.losses, evals=full.evals, stall=stall,
+                           fingerprint=full.fingerprint, resumed_from=os.path.basename(resume_from),
+                           saves=compare_saves(ctx, model, opt, good_root), **partial)
 
 
-@torch.no_grad()
-def average_grads_and_step(model, group, lr: float = 0.1) -> None:
-    """All-reduce (sum) each gradient, divide by W, SGD update: 2(W-1)/W x P bytes per rank."""
-    for p in model.parameters():
-        dist.all_reduce(p.grad, group=group)  # one all-reduce per parameter, on every rank
-        p -= lr * p.grad / dist.get_world_size(group)
+@dataclass(frozen=True)
+class Resharded:  # what reshard_load returns
+    step: int
+    eval: float
+    data: dict
+    fingerprint: str
+    lr: float
 
 
-def nan_drill(ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5), guard: bool = False):
-    """Regression on log(price); at step bad[1], sample bad[2] of rank bad[0] has price 0, and
-    log(0) = -inf. guard=True checks the LOCAL loss and grads BEFORE the gradient all-reduce,
-    shares a (W, 2) report [bad?, first bad sample] in one small all-reduce, and skips the step."""
-    model, history = ToyMLP(seed=0), []
-    for step, (x, y) in enumerate(regression_batches(steps, 8 * ctx.world_size, seed=3)):
-        x, price = shard_for_rank((x, y.exp()), ctx.rank, ctx.world_size)  # (B/W, 16), price > 0
-        if (ctx.rank, step) == bad[:2]:
-            price[bad[2]] = 0.0  # a missing value stored as 0
-        model.zero_grad()
-        per_sample = ((model(x) - price.log()) ** 2).mean(dim=1)  # (B/W,): inf where price = 0
-        per_sample.mean().backward()
-        skipped = None
-        if guard:
-            rows = (~torch.isfinite(per_sample)).nonzero().flatten()
-            grads_ok = all(torch.isfinite(p.grad).all() for p in model.parameters())
-            report = torch.zeros(ctx.world_size, 2)
-            report[ctx.rank] = torch.tensor([float(len(rows) > 0 or not grads_ok),
-                                             float(rows[0]) if len(rows) else -1.0])
-            dist.all_reduce(report, group=ctx.group)  # every rank now knows who, and which sample
-            if report[:, 0].any():
-                rank = int(report[:, 0].nonzero()[0])
-                skipped = {"rank": rank, "sample": int(report[rank, 1])}
-        if skipped is None:
-            average_grads_and_step(model, ctx.group)
-        finite = all(torch.isfinite(p).all() for p in model.parameters())
-        history.append({"loss": per_sample.mean().item(), "params_finite": bool(finite),
-                        "skipped": skipped})
-    return history
-
-
-def param_checksum(model) -> int:
-    """A 60-bit hash of every parameter's bytes: equal iff the replicas are (bitwise) equal."""
-    h = hashlib.sha256(b"".join(p.detach().contiguous().view(torch.uint8).numpy().tobytes()
-                                for p in model.parameters()))
-    return int(h.hexdigest()[:15], 16)
-
-
-def divergence_drill(ctx, steps: int = 5, sync_init: bool = False) -> dict:
-    """Each rank seeds with seed + rank (right for dropout or augmentation) and, by mistake, builds
-    its weights from that seed too. sync_init=True broadcasts rank 0's weights first (what DDP's
-    constructor does). Every step all-gathers each replica's checksum: one int64 per rank."""
-    model = ToyMLP(seed=ctx.rank)  # BUG unless sync_init: the replicas start different
-    if sync_init:
-        for p in model.parameters():
-            dist.broadcast(p.data, src=0, group=ctx.group)
-    checksums, losses = [], []
-    for x, y in regression_batches(steps, 4 * ctx.world_size, seed=4):
-        losses.append(dp_step(model, *shard_for_rank((x, y), ctx.rank, ctx.world_size), ctx.group))
-        sums = torch.zeros(ctx.world_size, dtype=torch.int64)
-        dist.all_gather_into_tensor(sums, torch.tensor([param_checksum(model)]), group=ctx.group)
-        checksums.append(sums.tolist())
-    x, y = regression_batches(1, 64, seed=5)[0]  # a held-out set; each rank also scores its quarter
-    with torch.no_grad():
-        full = F.mse_loss(model(x), y).item()
-        xs, ys = shard_for_rank((x, y), ctx.rank, ctx.world_size)
-        shard = F.mse_loss(model(xs), ys)
-    mean = shard.reshape(1).clone()
-    dist.all_reduce(mean, group=ctx.group)  # the fix for "a split tensor never gathered"
-    return {"checksums": checksums, "losses": losses, "eval": full, "eval_shard": shard.item(),
-            "eval_gathered": mean.item() / ctx.world_size}
-
-
-def fault_drills(ctx, steps: int = 4, bad=(1, 2, 5), also: dict | None = None) -> dict:
-    """The drills that do not hang, in one launch: NaN (plain, guarded), divergence (bug, fix),
-    plus `also` = {name: (worker, kwargs)}, e.g. the fixed hang drills of find_the_hang."""
-    out = {"nan_plain": nan_drill(ctx, steps, bad), "nan_guarded": nan_drill(ctx, steps, bad, True),
-           "diverged": divergence_drill(ctx, steps + 1),
-           "synced": divergence_drill(ctx, steps + 1, sync_init=True)}
-    for name, (worker, kwargs) in (also or {}).items():
-        out[name] = worker(ctx, **kwargs)
-    return out
+def reshard_load(ctx, cfg: RunConfig, path: str) -> Resharded:
+    """Load a checkpoint saved on any number of ranks into THIS world size; eval, fingerprint."""
+    model, opt, sched = build(cfg)
+    loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
+    step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
+    _, _, eval_x, eval_y = _data(cfg)
+    return Resharded(step=step, eval=eval_loss(model, eval_x, eval_y), data=loader.state_dict(),
+                     fingerprint=full_fingerprint(model, opt), lr=sched.get_last_lr()[0])
