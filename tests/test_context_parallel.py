@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.parallel.context_parallel import check_ring, full_attention, kv_block_bytes, ring_bytes
+from lab_utils.experiments.lab08 import check_ring
+from lab_utils.parallel.context_parallel import full_attention, kv_block_bytes, ring_bytes
 
 B, H, T, HD = 2, 2, 32, 8
 
@@ -34,13 +35,13 @@ def test_ring_attention_matches_full_attention():
     res = run(check_ring, 4, (2, 4), B, H, T, HD, timeout_s=180, quiet=True,
               preload=("torch._dynamo",))  # imported by every rank otherwise (~2 s CPU each)
     rows = [row for rank_rows in res for row in rank_rows]
-    assert {(r["n"], r["causal"]) for r in rows} == {(2, True), (2, False), (4, True), (4, False)}
+    assert {(r.n, r.causal) for r in rows} == {(2, True), (2, False), (4, True), (4, False)}
     for r in rows:
-        for what, err in r["err"].items():
-            assert err < 1e-5, (r["n"], r["causal"], r["rank"], what, err)
-        assert r["sent"] == {k: float(v) for k, v in r["formula"].items()}
-        assert r["sends"] == {"forward": r["n"] - 1, "backward": 2 * r["n"] - 1}
+        for what, err in r.err.items():
+            assert err < 1e-5, (r.n, r.causal, r.rank, what, err)
+        assert r.sent == {k: float(v) for k, v in r.formula.items()}
+        assert r.sends == {"forward": r.n - 1, "backward": 2 * r.n - 1}
         # autograd keeps this rank's q, k, v, out chunks and the log-sum-exp, nothing (Tc, T)
-        blk = kv_block_bytes(B, H, T, HD, r["n"])
-        assert r["saved"] == 4 * blk + B * H * (T // r["n"]) * 4
-        assert r["saved_full"] > B * H * T * T * 4  # full attention keeps the (T, T) probabilities
+        blk = kv_block_bytes(B, H, T, HD, r.n)
+        assert r.saved == 4 * blk + B * H * (T // r.n) * 4
+        assert r.saved_full > B * H * T * T * 4  # full attention keeps the (T, T) probabilities

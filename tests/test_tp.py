@@ -17,10 +17,12 @@ from torch import nn
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.parallel.tensor_parallel import layers as T
 from lab_utils.calc.comm import collective_time, ring_bytes_per_rank, tp_layer_comm
+from lab_utils.experiments.lab06 import tp_group
+from lab_utils.experiments.unshard import unshard
+from lab_utils.measure.simulated_link import simulated_link
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
-from lab_utils.parallel.tensor_parallel.comm import simulated_link, vocab_parallel_cross_entropy
+from lab_utils.parallel import tensor_parallel as tpar
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this file
 
@@ -34,16 +36,6 @@ def batch(seed=0):
     return torch.randint(64, (B, 8), generator=g), torch.randint(64, (B, 8), generator=g)
 
 
-def tp_group(ctx, t):
-    """Consecutive ranks form TP groups of size t; every rank must create every group."""
-    mine = None
-    for start in range(0, ctx.world_size, t):
-        g = dist.new_group(list(range(start, start + t)))
-        if start <= ctx.rank < start + t:
-            mine = g
-    return mine
-
-
 def checked(results, name, fn, *args):
     try:
         fn(*args)
@@ -53,7 +45,7 @@ def checked(results, name, fn, *args):
 
 
 def grads_match(model, ref, what):
-    got, want = T.unshard(model, grads=True), {n: p.grad for n, p in ref.named_parameters()}
+    got, want = unshard(model, grads=True), {n: p.grad for n, p in ref.named_parameters()}
     assert got.keys() == want.keys(), f"{what}: names differ: {got.keys() ^ want.keys()}"
     for n in want:
         assert_close(got[n], want[n], msg=lambda m: f"{what} grad {n}: {m}")
@@ -66,8 +58,8 @@ def check_linears(group, t):
     lin, x = nn.Linear(8, 12), torch.randn(2, 4, 8, generator=g)
     nn.init.normal_(lin.bias, generator=g)
     for layer_fn, x_in in (
-        (lambda: T.ColumnParallelLinear(lin, group, gather_output=True), x),
-        (lambda: T.RowParallelLinear(lin, group), x.chunk(t, -1)[dist.get_rank(group)])):
+        (lambda: tpar.ColumnParallelLinear(lin, group, gather_output=True), x),
+        (lambda: tpar.RowParallelLinear(lin, group), x.chunk(t, -1)[dist.get_rank(group)])):
         ref_x, x_in = x.clone().requires_grad_(), x_in.clone().requires_grad_()
         lin.zero_grad()
         ref = lin(ref_x)
@@ -78,7 +70,7 @@ def check_linears(group, t):
         assert_close(y, ref)
         want = ref_x.grad if x_in.shape == x.shape else ref_x.grad.chunk(t, -1)[dist.get_rank(group)]
         assert_close(x_in.grad, want)  # column: needs f's all-reduce; row: the local slice
-        full = layer.unshard(grads=True)
+        full = unshard(layer, grads=True)
         assert_close(full.get("weight", full.get("0.weight")), lin.weight.grad)
         assert_close(full.get("bias", full.get("0.bias")), lin.bias.grad)
 
@@ -87,20 +79,19 @@ def check_block_part(group, part, sp):
     """TPMLP / TPAttention alone: output and grads of input and parameters."""
     ref_block = TinyGPT(CFG, seed=1).blocks[0]
     ref = getattr(ref_block, part)
-    tp_mod = (T.TPMLP if part == "mlp" else T.TPAttention)(getattr(TinyGPT(CFG, seed=1).blocks[0],
-                                                                   part), group, sp)
+    make = tpar.TPMLP if part == "mlp" else tpar.TPAttention
+    tp_mod = make(getattr(TinyGPT(CFG, seed=1).blocks[0], part), group, sp)
     x = torch.randn(B, 8, 32, generator=torch.Generator().manual_seed(2))
     rx, tx = x.clone().requires_grad_(), x.clone().requires_grad_()
     ry = ref(rx)
     ry.square().sum().backward()
-    from lab_utils.parallel.tensor_parallel.comm import gather_from_sequence, scatter_to_sequence
-    ty = tp_mod(scatter_to_sequence(tx, group) if sp else tx)
-    ty = gather_from_sequence(ty, group, reduce_grad=False) if sp else ty
+    ty = tp_mod(tpar.scatter_to_sequence(tx, group) if sp else tx)
+    ty = tpar.gather_from_sequence(ty, group, reduce_grad=False) if sp else ty
     ty.square().sum().backward()
     assert_close(ty, ry)
     assert_close(tx.grad, rx.grad)
-    T.sync_sequence_parallel_grads(tp_mod, group)
-    grads = T.unshard(tp_mod, grads=True)
+    tpar.sync_sequence_parallel_grads(tp_mod, group)
+    grads = unshard(tp_mod, grads=True)
     for n, p in ref.named_parameters():
         assert_close(grads[n], p.grad, msg=lambda m: f"{part} {n}: {m}")
 
@@ -110,14 +101,14 @@ def check_gpt(group, sp, vocab):
     ref = TinyGPT(CFG, seed=0)
     ref_loss = lm_loss(ref(idx), tgt)
     ref_loss.backward()
-    model = T.tensor_parallelize(TinyGPT(CFG, seed=0), group, sequence_parallel=sp,
+    model = tpar.tensor_parallelize(TinyGPT(CFG, seed=0), group, sequence_parallel=sp,
                                  vocab_parallel=vocab)
     loss = lm_loss(model(idx), tgt)
     loss.backward()
-    T.sync_sequence_parallel_grads(model, group)
+    tpar.sync_sequence_parallel_grads(model, group)
     assert_close(loss, ref_loss)
     grads_match(model, ref, f"sp={sp} vocab={vocab}")
-    weights = T.unshard(model)
+    weights = unshard(model)
     for n, p in ref.named_parameters():
         assert_close(weights[n], p.detach())
 
@@ -130,7 +121,7 @@ def check_vocab_ce(group, t):
     ref.backward()
     r = dist.get_rank(group)
     local = logits.detach().chunk(t, -1)[r].clone().requires_grad_()
-    loss = vocab_parallel_cross_entropy(local, y, group).mean()
+    loss = tpar.vocab_parallel_cross_entropy(local, y, group).mean()
     loss.backward()
     assert_close(loss, ref)
     assert_close(local.grad, logits.grad.chunk(t, -1)[r])
@@ -140,14 +131,14 @@ def check_comm_counts(group, t, sp):
     from lab_utils.measure import CommLedger
 
     idx, tgt = batch()
-    model = T.tensor_parallelize(TinyGPT(CFG, seed=0), group, sequence_parallel=sp)
+    model = tpar.tensor_parallelize(TinyGPT(CFG, seed=0), group, sequence_parallel=sp)
     with CommLedger() as ledger:
         with ledger.phase("forward"):
             loss = lm_loss(model(idx), tgt)
         with ledger.phase("backward"):
             loss.backward()
         with ledger.phase("sync"):
-            T.sync_sequence_parallel_grads(model, group)
+            tpar.sync_sequence_parallel_grads(model, group)
     L, per = CFG.n_layer, tp_layer_comm(B, 8, 32, t, bytes_per_elem=4, sequence_parallel=sp)
     c = {(op, ph): ledger.count(op, ph) for op in ("all_reduce", "all_gather", "reduce_scatter")
          for ph in ("forward", "backward", "sync")}
@@ -169,9 +160,9 @@ def check_comm_counts(group, t, sp):
 
 def check_rejects(group, t):
     with pytest.raises(ValueError, match="divisible"):
-        T.TPAttention(TinyGPT(GPTConfig(n_head=2, d_model=32), seed=0).blocks[0].attn, group)
+        tpar.TPAttention(TinyGPT(GPTConfig(n_head=2, d_model=32), seed=0).blocks[0].attn, group)
     with pytest.raises(ValueError, match="rng"):
-        T.tensor_parallelize(TinyGPT(DROP, seed=0), group)
+        tpar.tensor_parallelize(TinyGPT(DROP, seed=0), group)
 
 
 def equivalence_worker(ctx):
@@ -196,16 +187,16 @@ def equivalence_worker(ctx):
 def dropout_step(group, seed_bug, sp):
     """One step of a TP model with dropout; the unsharded model replays the TP masks."""
     idx, tgt = batch(5)
-    rng = T.seed_tensor_parallel(7, group)
+    rng = tpar.seed_tensor_parallel(7, group)
     if seed_bug:  # the data-parallel habit: a different seed on every rank
         torch.manual_seed(7 + dist.get_rank())
-    model = T.tensor_parallelize(TinyGPT(DROP, seed=0), group, sequence_parallel=sp, rng=rng)
-    T.set_recording(model)
+    model = tpar.tensor_parallelize(TinyGPT(DROP, seed=0), group, sequence_parallel=sp, rng=rng)
+    tpar.set_recording(model)
     logits = model(idx)
     lm_loss(logits, tgt).backward()
-    T.sync_sequence_parallel_grads(model, group)
-    masks = T.full_dropout_masks(model, group)
-    ref = T.replay_dropout_masks(TinyGPT(DROP, seed=0), masks)
+    tpar.sync_sequence_parallel_grads(model, group)
+    masks = tpar.full_dropout_masks(model, group)
+    ref = tpar.replay_dropout_masks(TinyGPT(DROP, seed=0), masks)
     ref_logits = ref(idx)
     lm_loss(ref_logits, tgt).backward()
     others = [torch.empty_like(logits) for _ in range(dist.get_world_size(group))]
@@ -215,7 +206,7 @@ def dropout_step(group, seed_bug, sp):
 
 def check_dropout(group, sp):
     model, ref, logits, ref_logits, others = dropout_step(group, False, sp)
-    assert len(T.full_dropout_masks(model, group)) == 1 + 3 * DROP.n_layer
+    assert len(tpar.full_dropout_masks(model, group)) == 1 + 3 * DROP.n_layer
     for o in others:
         assert torch.equal(o, others[0]), "logits differ across TP ranks"
     assert_close(logits, ref_logits)
@@ -234,19 +225,12 @@ def check_dropout_bug_detected(group):
 
 
 def check_parallelize_module(ctx):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    """compose.apply_tp (the one DTensor TP plan, labs 06 and 08) against ours and unsharded."""
+    from lab_utils.parallel.compose import apply_tp
+    from lab_utils.topology import Topology
 
-    mesh = init_device_mesh("cpu", (ctx.world_size,))
-    dt = TinyGPT(CFG, seed=0)
-    plan = {}
-    for i in range(CFG.n_layer):
-        plan |= {f"blocks.{i}.attn.{n}": ColwiseParallel() for n in "qkv"}
-        plan |= {f"blocks.{i}.mlp.fc": ColwiseParallel(), f"blocks.{i}.attn.proj": RowwiseParallel(),
-                 f"blocks.{i}.mlp.proj": RowwiseParallel()}
-    parallelize_module(dt, mesh, plan)
-    ours = T.tensor_parallelize(TinyGPT(CFG, seed=0), ctx.group)
+    dt = apply_tp(TinyGPT(CFG, seed=0), Topology(tp=ctx.world_size).build_mesh()["tp"])
+    ours = tpar.tensor_parallelize(TinyGPT(CFG, seed=0), ctx.group)
     ref = TinyGPT(CFG, seed=0)
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (dt, ours, ref)]
     for step in range(3):
@@ -272,7 +256,7 @@ def check_simulated_link(group):
     x = torch.ones(1000)  # 4000 bytes
     with simulated_link(1e-3, 1e6) as link:
         dist.all_reduce(x, group=group)
-        T.reduce_from_tp(x, group)
+        tpar.reduce_from_tp(x, group)
     want = 2 * collective_time("all_reduce", 2, 4000, 1e-3, 1e6)
     assert link.calls == 2 and abs(link.slept_s - want) < 1e-12, (link.calls, link.slept_s)
     assert dist.all_reduce.__name__ == "all_reduce"  # restored
@@ -320,7 +304,7 @@ def test_rng_dtensor_link(rng_dtensor, name):
 def test_tp_random_streams_are_independent_and_restore_the_default():
     torch.manual_seed(0)
     before = torch.get_rng_state()
-    a, b = T.TPRandom(1, tp_rank=0), T.TPRandom(1, tp_rank=1)
+    a, b = tpar.TPRandom(1, tp_rank=0), tpar.TPRandom(1, tp_rank=1)
     assert torch.equal(torch.get_rng_state(), before)  # building a stream leaves torch's alone
     with a.fork():
         ra = torch.rand(4)

@@ -126,8 +126,9 @@ register(Exercise(
     summary="row-parallel linear: sum the partial products with g (all-reduce forward, identity "
             "backward), add the bias once",
     signature="fn(x_local (B,T,C/t), weight_local (N,C/t), bias (N,), group) -> y (B,T,N)",
-    hint="partial = x_local @ weight_local.T; y = g(partial) where g is an autograd.Function "
-         "whose forward all-reduces a copy and whose backward returns grad unchanged; then + bias",
+    hint="what does each rank hold of each output element, and what makes it whole? How many "
+         "times must the bias be counted? In backward, is the incoming gradient already the same "
+         "on every rank, and what does the sum's Jacobian do to it?",
     check=check, reference=reference,
     wrong={"forgets the all-reduce": wrong_no_all_reduce,
            "adds the bias on every rank before the all-reduce": wrong_bias_before_reduce,

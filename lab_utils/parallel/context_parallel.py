@@ -22,6 +22,7 @@ Communication per rank per layer (blk = B*H*Tc*hd*bytes, the size of ONE of K or
     forward : (N-1) sends of the (K, V) pair                 = (N-1) * 2 blk
     backward: (N-1) sends of (K, V) + N sends of (dK, dV)    = (2N-1) * 2 blk
 Each transfer can hide behind one block's attention compute, which is what makes the ring work.
+(Lab 08 checks it against full attention: ``lab_utils.experiments.lab08.check_ring``.)
 (Contiguous chunks leave the causal work unbalanced: rank N-1 attends to N blocks, rank 0 to
 one. Production code gives each rank two mirrored chunks, "zig-zag", to even it out.)
 """
@@ -146,40 +147,3 @@ def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, n: int,
     """Bytes one rank sends per layer: forward (N-1) x (K, V); backward adds N x (dK, dV)."""
     blk = kv_block_bytes(batch, heads, seq_len, head_dim, n, bytes_per_elem)
     return {"forward": (n - 1) * 2 * blk, "backward": ((n - 1) + (n if n > 1 else 0)) * 2 * blk}
-
-
-def check_ring(ctx, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 2, T: int = 32,
-               hd: int = 8, causal_modes: tuple[bool, ...] = (True, False)) -> list[dict]:
-    """On every rank: ring attention over rings of each size in `sizes` (consecutive ranks),
-    against full attention (output and the gradients of q, k, v), with the bytes it sent and
-    the bytes autograd saved for backward (ring: this rank's chunk; full: the whole sequence)."""
-    from lab_utils.measure import CommLedger, SavedActivations
-
-    g = torch.Generator().manual_seed(0)
-    q, k, v, w = (torch.randn(B, H, T, hd, generator=g) for _ in range(4))  # same on every rank
-    rows = []
-    for n in sizes:
-        rings = [dist.new_group(list(range(s, s + n))) for s in range(0, ctx.world_size, n)]
-        group, me = rings[ctx.rank // n], ctx.rank % n
-        for causal in causal_modes:
-            ref = [t.clone().requires_grad_() for t in (q, k, v)]
-            with SavedActivations() as saved_full:  # what one rank keeps WITHOUT CP
-                full = full_attention(*ref, causal=causal)
-            (full * w).sum().backward()
-            mine = [t.chunk(n, dim=2)[me].clone().requires_grad_() for t in (q, k, v)]
-            with CommLedger() as ledger:
-                with ledger.phase("forward"), SavedActivations() as saved:
-                    out = ring_attention(*mine, group, causal)
-                with ledger.phase("backward"):
-                    (out * w.chunk(n, dim=2)[me]).sum().backward()
-            with torch.no_grad():
-                want = full_attention(q, k, v, causal).chunk(n, dim=2)[me]
-            err = {"out": (out - want).abs().max().item()}
-            for name, a, b in zip("qkv", mine, ref):
-                err[f"d{name}"] = (a.grad - b.grad.chunk(n, dim=2)[me]).abs().max().item()
-            rows.append(dict(n=n, causal=causal, rank=ctx.rank, err=err,
-                             sent={ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
-                             sends={ph: ledger.count("send", ph) for ph in ("forward", "backward")},
-                             formula=ring_bytes(B, H, T, hd, n), saved=saved.bytes,
-                             saved_full=saved_full.bytes))
-    return rows

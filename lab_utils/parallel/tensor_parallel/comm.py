@@ -13,7 +13,9 @@ forward of one is the backward of the other.
 Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2) cuts the activations BETWEEN the
 tensor-parallel regions along the sequence dim; all-reduce = reduce-scatter + all-gather, so g
 splits into a reduce-scatter (leave the TP region onto a sequence shard) and f into an
-all-gather (enter it again), with the same bytes on the wire:
+all-gather (enter it again), the same ring bytes per TP collective. Not the same bytes per step:
+the column-parallel linear keeps only its sequence shard of the input and gathers it AGAIN in
+backward (``sequence_gather_linear``), one extra all-gather per column-parallel linear:
 
     gather_from_sequence       forward: all-gather along T   backward: reduce-scatter (or split)
     reduce_scatter_to_sequence forward: reduce-scatter on T  backward: all-gather along T
@@ -28,14 +30,10 @@ collectives work in place, and an incoming gradient may be shared with another b
 ``vocab_parallel_cross_entropy``: the loss on vocab-split logits with 3 all-reduces of B*T values
 (max, target logit, sum of exps) instead of gathering the B*T*V logits.
 
-``simulated_link`` is a SIMULATION aid for the lab: it sleeps alpha + bytes/bandwidth after
-every collective, to show what a slow (inter-node) link would cost.
+(The SIMULATED slow link lab 06 puts under these collectives is a measurement aid, not part
+of the technique: ``lab_utils.measure.simulated_link``.)
 """
 from __future__ import annotations
-
-import contextlib
-import time
-from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -52,8 +50,9 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
     return x
 
 
-def _all_gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
-    """(.., n, ..) on each of t ranks -> (.., t*n, ..), rank order along `dim`."""
+def all_gather_along(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    """(.., n, ..) on each of t ranks -> (.., t*n, ..), rank order along `dim`: ONE all-gather,
+    (t-1)/t of the gathered bytes sent per rank. No autograd (the functions below add it)."""
     parts = [torch.empty_like(x, memory_format=torch.contiguous_format)
              for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x.contiguous(), group=group)
@@ -121,7 +120,7 @@ class _GatherFromSequence(Function):
     @staticmethod
     def forward(ctx, x, group, reduce_grad):
         ctx.group, ctx.reduce_grad = group, reduce_grad
-        return _all_gather(x, SEQ_DIM, group)  # (B, T/t, C) -> (B, T, C)
+        return all_gather_along(x, SEQ_DIM, group)  # (B, T/t, C) -> (B, T, C)
 
     @staticmethod
     def backward(ctx, grad):
@@ -138,7 +137,7 @@ class _ReduceScatterToSequence(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_gather(grad, SEQ_DIM, ctx.group), None
+        return all_gather_along(grad, SEQ_DIM, ctx.group), None
 
 
 class _ScatterToSequence(Function):
@@ -149,7 +148,7 @@ class _ScatterToSequence(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_gather(grad, SEQ_DIM, ctx.group), None
+        return all_gather_along(grad, SEQ_DIM, ctx.group), None
 
 
 def gather_from_sequence(x: torch.Tensor, group, reduce_grad: bool = True) -> torch.Tensor:
@@ -175,7 +174,7 @@ class _GatherFromTP(Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return _all_gather(x, -1, group)  # (.., N/t) -> (.., N)
+        return all_gather_along(x, -1, group)  # (.., N/t) -> (.., N)
 
     @staticmethod
     def backward(ctx, grad):
@@ -201,13 +200,13 @@ class _SequenceGatherLinear(Function):
     def forward(ctx, x, weight, bias, group):
         ctx.group, ctx.has_bias = group, bias is not None
         ctx.save_for_backward(x, weight)  # x: (B, T/t, C) - the shard, not the gathered input
-        full = _all_gather(x, SEQ_DIM, group)  # (B, T, C)
+        full = all_gather_along(x, SEQ_DIM, group)  # (B, T, C)
         return torch.nn.functional.linear(full, weight, bias)  # (B, T, N/t)
 
     @staticmethod
     def backward(ctx, grad):  # grad: (B, T, N/t)
         x, weight = ctx.saved_tensors
-        full = _all_gather(x, SEQ_DIM, ctx.group)  # re-gather: memory traded for one collective
+        full = all_gather_along(x, SEQ_DIM, ctx.group)  # re-gather: memory traded for one collective
         grad_full = grad @ weight  # (B, T, C): this rank's columns' share of the input gradient
         grad_w = grad.flatten(0, 1).t() @ full.flatten(0, 1)  # (N/t, C)
         grad_b = grad.flatten(0, 1).sum(0) if ctx.has_bias else None
@@ -259,62 +258,3 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
     """Per-token loss (N,) from this rank's vocab slice of the logits (N, V/t) (rank i owns
     classes [i V/t, (i+1) V/t)). .mean() of it equals F.cross_entropy on the full logits."""
     return _VocabParallelCrossEntropy.apply(logits, targets, group)
-
-
-# -- a SIMULATED slow link ---------------------------------------------------------------------
-
-_SIMULATED_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
-                  "reduce_scatter": "reduce_scatter", "send": "send_recv", "recv": "send_recv"}
-
-
-def _full_bytes(name: str, args, kwargs) -> float:
-    """D in lab_utils.calc.comm's convention: the all-reduce input, the all-gather OUTPUT, the
-    reduce-scatter INPUT, the sent tensor."""
-    first = args[0] if args else kwargs.get("tensor", kwargs.get("output"))
-    if name == "all_gather":  # all_gather(tensor_list, tensor): the list is the gathered output
-        return sum(t.numel() * t.element_size() for t in first)
-    if name == "reduce_scatter":  # reduce_scatter(output, input_list)
-        return sum(t.numel() * t.element_size() for t in args[1])
-    return first.numel() * first.element_size()
-
-
-class SimulatedLink:
-    """Totals of a simulated_link block: collectives delayed and seconds slept (per rank)."""
-
-    def __init__(self, alpha_s: float, bandwidth_bytes_per_s: float):
-        self.alpha_s, self.bandwidth = alpha_s, bandwidth_bytes_per_s
-        self.calls, self.slept_s = 0, 0.0
-
-
-@contextlib.contextmanager
-def simulated_link(alpha_s: float, bandwidth_bytes_per_s: float) -> Iterator[SimulatedLink]:
-    """SIMULATION: make every dist.all_reduce / all_gather / reduce_scatter / send / recv called in
-    this block cost extra time as if the ranks were joined by a link with latency alpha_s and the
-    given bandwidth: after the real collective each rank sleeps
-    calc.comm.collective_time(op, t, D, alpha_s, bandwidth) (ring alpha-beta model).
-    Nothing about the data changes; only the clock does. Lab 06 uses it to put a TP group
-    "across nodes". (It wraps the dist functions for the duration of the block and restores them.)
-    """
-    from lab_utils.calc.comm import collective_time
-
-    link = SimulatedLink(alpha_s, bandwidth_bytes_per_s)
-    originals = {name: getattr(dist, name) for name in _SIMULATED_OPS}
-
-    def slowed(name, real):
-        def call(*args, **kwargs):
-            result = real(*args, **kwargs)
-            n = dist.get_world_size(kwargs.get("group"))
-            cost = collective_time(_SIMULATED_OPS[name], n, _full_bytes(name, args, kwargs),
-                                   alpha_s, bandwidth_bytes_per_s)
-            time.sleep(cost)
-            link.calls, link.slept_s = link.calls + 1, link.slept_s + cost
-            return result
-        return call
-
-    for name, real in originals.items():
-        setattr(dist, name, slowed(name, real))
-    try:
-        yield link
-    finally:
-        for name, real in originals.items():
-            setattr(dist, name, real)

@@ -13,13 +13,20 @@ Notation: t ranks in the tensor-parallel `group`, activations (B, T, C), D = B*T
     => 2 all-reduces per transformer layer forward, 2 backward (Shoeybi et al. 2019, Sec. 3).
 
 With sequence_parallel=True (Korthikanti et al. 2022, Sec. 4.2.2) the LayerNorms, residuals and
-dropouts work on a (B, T/t, C) slice; each all-reduce becomes a reduce-scatter + all-gather (same
-bytes) and the activations they keep shrink by t. Replicated parameters that then see only T/t
-tokens (LayerNorms, row-parallel biases) need their gradients all-reduced:
-sync_sequence_parallel_grads.
+dropouts work on a (B, T/t, C) slice; each all-reduce becomes a reduce-scatter + all-gather (the
+same ring bytes per TP collective) and the activations they keep shrink by t. In backward each
+column-parallel linear gathers its sequence-sharded input once more (its weight gradient needs
+the whole input): one extra all-gather per column-parallel linear, 2 per layer. Replicated
+parameters that then see only T/t tokens (LayerNorms, row-parallel biases) need their gradients
+all-reduced: sync_sequence_parallel_grads.
+
+Vocabulary parallelism: VocabParallelEmbedding (1 all-reduce of (B, T, C) forward) and a
+column-parallel head whose (B, T, V/t) logits go to comm.vocab_parallel_cross_entropy (3
+all-reduces of B*T values) instead of being gathered (an all-gather of B*T*V).
 
 Every module is built FROM the unsharded one by slicing its weights, so a sharded model can be
-checked against the original (`unshard` gathers weights or grads back under the original names).
+checked against the original (``lab_utils.experiments.unshard.unshard`` gathers the weights or
+gradients back under the original names).
 """
 from __future__ import annotations
 
@@ -30,16 +37,15 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from lab_utils.parallel.tensor_parallel.comm import (copy_to_tp, gather_from_sequence, gather_from_tp, reduce_from_tp,
-                               reduce_scatter_to_sequence, scatter_to_sequence,
-                               sequence_gather_linear, _all_gather)
-
-
-from lab_utils.parallel.tensor_parallel.rng import (TPDropout, TPRandom, full_dropout_masks,  # noqa: F401 (re-exported)
-                              replay_dropout_masks, seed_tensor_parallel, set_recording)  # noqa: F401
+from lab_utils.parallel.tensor_parallel.comm import (copy_to_tp, gather_from_sequence,
+                                                    gather_from_tp, reduce_from_tp,
+                                                    reduce_scatter_to_sequence,
+                                                    scatter_to_sequence, sequence_gather_linear)
+from lab_utils.parallel.tensor_parallel.rng import TPDropout, TPRandom
 
 
 # -- the parallel linears ----------------------------------------------------------------------
+
 
 def _rank_and_size(group) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
@@ -77,18 +83,6 @@ class ColumnParallelLinear(nn.Module):
             y = F.linear(copy_to_tp(x, self.group), self.weight, self.bias)  # (B, T, N/t)
         return gather_from_tp(y, self.group) if self.gather_output else y  # (B, T, N)
 
-    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        """All-gather the full weights (or grads) of each source: {"0.weight", "0.bias", ...}."""
-        out = {}
-        for name, p in (("weight", self.weight), ("bias", self.bias)):
-            if p is None:
-                continue
-            pieces = _all_gather(_value(p, grads), 0, self.group).chunk(dist.get_world_size(
-                self.group))  # per rank: (N/t, ...)
-            for j, rows in enumerate(zip(*[piece.split(self.part_sizes) for piece in pieces])):
-                out[f"{j}.{name}"] = torch.cat(rows)
-        return out
-
 
 class RowParallelLinear(nn.Module):
     """Split INPUT features: rank i keeps columns i of the weight, (N, C/t); the bias stays whole.
@@ -117,22 +111,9 @@ class RowParallelLinear(nn.Module):
             y = reduce_from_tp(partial, self.group)  # (B, T, N), the same on every rank
         return y + self.bias if self.bias is not None else y
 
-    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        out = {"weight": _all_gather(_value(self.weight, grads), 1, self.group)}
-        if self.bias is not None:
-            out["bias"] = _value(self.bias, grads).clone()
-        return out
-
-
-def _value(p: nn.Parameter, grads: bool) -> torch.Tensor:
-    if not grads:
-        return p.detach()
-    if p.grad is None:
-        raise ValueError("a parameter has no .grad: run backward before unshard(grads=True)")
-    return p.grad
-
 
 # -- the Megatron blocks -----------------------------------------------------------------------
+
 
 class TPMLP(nn.Module):
     """fc (column) -> GELU -> proj (row) -> dropout. (B, T, C) -> (B, T, 4C/t) -> (B, T, C)."""
@@ -149,10 +130,6 @@ class TPMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.drop(self.proj(self.act(self.fc(x))))
-
-    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        fc = {k.replace("0.", "fc.", 1): v for k, v in self.fc.unshard(grads).items()}
-        return fc | {f"proj.{k}": v for k, v in self.proj.unshard(grads).items()}
 
 
 class TPAttention(nn.Module):
@@ -187,13 +164,6 @@ class TPAttention(nn.Module):
         y = (att @ v).transpose(1, 2).reshape(B, T, -1)  # (B, T, C/t)
         return self.resid_drop(self.proj(y))  # (B, T, C) [SP: (B, T/t, C)]
 
-    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        out = {}
-        for k, v in self.qkv.unshard(grads).items():
-            j, name = k.split(".")
-            out[f"{'qkv'[int(j)]}.{name}"] = v
-        return out | {f"proj.{k}": v for k, v in self.proj.unshard(grads).items()}
-
 
 class VocabParallelEmbedding(nn.Module):
     """Split the VOCABULARY: rank i keeps rows [i V/t, (i+1) V/t) of the table, (V/t, C).
@@ -215,19 +185,34 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local.masked_fill(outside, 0), self.weight)  # (B, T, C)
         return reduce_from_tp(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
 
-    def unshard(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        return {"weight": _all_gather(_value(self.weight, grads), 0, self.group)}
-
 
 # -- a whole TinyGPT ---------------------------------------------------------------------------
 
+
+def parallelize_block(block: nn.Module, group, sequence_parallel: bool = False,
+                      rng: TPRandom | None = None) -> nn.Module:
+    """Megatron TP on one transformer block, IN PLACE: attention and MLP become TPAttention and
+    TPMLP (q, k, v, fc column-parallel; attn.proj, mlp.proj row-parallel). The one TP plan of
+    our layers: tensor_parallelize (a TinyGPT, lab 06) and compose.apply_tp_ours (a pipeline
+    stage, lab 08) both call it. Per block: forward 2 all-reduces, backward 2 [SP: 2 all-gathers
+    + 2 reduce-scatters forward; 2 reduce-scatters + 4 all-gathers backward]."""
+    block.attn = TPAttention(block.attn, group, sequence_parallel, rng)
+    block.mlp = TPMLP(block.mlp, group, sequence_parallel, rng)
+    if sequence_parallel:  # LayerNorms see T/t tokens: mark their params for the grad sync
+        for p in [*block.ln1.parameters(), *block.ln2.parameters()]:
+            p.sequence_parallel = True
+    return block
+
+
 def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
-                       rng: TPRandom | None = None, vocab_parallel: bool = False) -> nn.Module:
+                       rng: TPRandom | None = None, vocab_parallel: bool = False,
+                       gather_logits: bool = True) -> nn.Module:
     """Turn a TinyGPT's blocks into Megatron TP blocks IN PLACE (same parameter names; the
     sharded weights are slices of the originals). Embeddings, final LayerNorm and head stay
-    replicated unless vocab_parallel=True (vocab-parallel embedding; column-parallel head with
-    its logits gathered, so lm_loss works unchanged). With sequence_parallel=True the first block
-    keeps only its sequence slice of the input (no comm) and the last block's output is
+    replicated unless vocab_parallel=True: vocab-parallel embedding and a column-parallel head,
+    whose logits are all-gathered (gather_logits=True, so lm_loss works unchanged) or left split
+    (B, T, V/t) for comm.vocab_parallel_cross_entropy. With sequence_parallel=True the first
+    block keeps only its sequence slice of the input (no comm) and the last block's output is
     all-gathered (backward: keep my slice). Dropout > 0 needs rng = seed_tensor_parallel(...).
     Per layer: forward 2 all-reduces [SP: 2 all-gathers + 2 reduce-scatters]; backward the same
     [SP: + 2 re-gathers], plus (SP) one all-reduce of the LayerNorm/bias grads per step."""
@@ -238,11 +223,7 @@ def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
     if sequence_parallel and model.cfg.seq_len % t:
         raise ValueError(f"sequence parallelism needs tp={t} to divide seq_len={model.cfg.seq_len}")
     for block in model.blocks:
-        block.attn = TPAttention(block.attn, group, sequence_parallel, rng)
-        block.mlp = TPMLP(block.mlp, group, sequence_parallel, rng)
-        if sequence_parallel:  # LayerNorms see T/t tokens: mark their params for the grad sync
-            for p in [*block.ln1.parameters(), *block.ln2.parameters()]:
-                p.sequence_parallel = True
+        parallelize_block(block, group, sequence_parallel, rng)
     model.drop = TPDropout(model.drop.p)  # embedding dropout: replicated region
     if sequence_parallel:
         model.blocks[0].register_forward_pre_hook(
@@ -253,7 +234,7 @@ def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
         if model.head.weight is model.tok_emb.weight:
             raise ValueError("vocab_parallel with tied weights is not supported here")
         model.tok_emb = VocabParallelEmbedding(model.tok_emb, group)
-        model.head = ColumnParallelLinear(model.head, group, gather_output=True)
+        model.head = ColumnParallelLinear(model.head, group, gather_output=gather_logits)
     return model
 
 
@@ -269,25 +250,3 @@ def sync_sequence_parallel_grads(model: nn.Module, group) -> int:
     for g, new in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(new.view_as(g))
     return flat.numel() * flat.element_size()
-
-
-_SHARDED = (TPAttention, TPMLP, ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding)
-
-
-def unshard(model: nn.Module, grads: bool = False) -> dict[str, torch.Tensor]:
-    """Full (unsharded) parameters, or grads, of a tensor_parallelize'd model under the ORIGINAL
-    names, e.g. "blocks.0.attn.q.weight": ready for assert_close against the unsharded model.
-    A collective (all-gathers): every rank of the group must call it."""
-    out, done = {}, []
-    for name, module in model.named_modules():
-        if isinstance(module, _SHARDED) and not any((name + ".").startswith(d) for d in done):
-            fixed = module.unshard(grads)
-            if isinstance(module, ColumnParallelLinear):  # a lone column linear: one source
-                fixed = {k.split(".", 1)[1]: v for k, v in fixed.items()}
-            prefix = f"{name}." if name else ""
-            out |= {prefix + k: v for k, v in fixed.items()}
-            done.append(prefix)
-    for name, p in model.named_parameters():
-        if not any(name.startswith(d) for d in done):
-            out[name] = _value(p, grads).clone()
-    return out

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_utils.parallel.tensor_parallel.comm import _all_gather
+from lab_utils.parallel.tensor_parallel.comm import all_gather_along
 
 
 class TPRandom:
@@ -99,7 +99,7 @@ def full_dropout_masks(model: nn.Module, group) -> dict[str, torch.Tensor]:
         if isinstance(m, TPDropout) and m.last_mask is not None:
             mask = m.last_mask
             if m.shard_dim is not None:
-                mask = _all_gather(mask.to(torch.uint8), m.shard_dim, group).bool()
+                mask = all_gather_along(mask.to(torch.uint8), m.shard_dim, group).bool()
             masks[name] = mask
     return masks
 
