@@ -221,7 +221,7 @@ def test_fallbacks_without_per_socket_counters(monkeypatch):
         with open(os.path.join(tmp, "f"), "wb") as f:
             f.write(b"x" * 100_000)
     assert wire.method == "wchar" and wire.sent >= 100_000 and wire.sent_to == {}
-    monkeypatch.setattr(wire_module, "_wchar", lambda: None)
+    monkeypatch.setattr(wire_module, "wchar", lambda: None)
     with WireMeter() as none:
         pass
     assert none.method == "unavailable" and none.sent is None

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import run
-from lab_utils.experiments import lab09
+from lab_utils.experiments import lab09, lab09_balance
 from lab_utils.parallel.expert_parallel import (MoELayer, all_to_all_rows, dispatch_and_combine,
                                                 expert_capacity, load_balancing_loss, route)
 
@@ -145,7 +145,7 @@ def test_ep_times_dp_on_a_2d_mesh_trains_like_the_reference():
 
 
 def test_balance_loss_evens_the_load_and_capacity_trades_drops_for_memory():
-    res = run(lab09.balance_run, 4, (0.0, 1.0), 12, (0.5, 1.0, 2.0), timeout_s=120,
+    res = run(lab09_balance.balance_run, 4, (0.0, 1.0), 12, (0.5, 1.0, 2.0), timeout_s=120,
               quiet=True)[0]
     def skew(coef):
         last = torch.tensor(res.tokens_per_expert[coef][-1], dtype=torch.float)

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from lab_utils.runtime.launch import TMP_PREFIX, clean_stale_run_dirs
+from lab_utils.runtime.process import TMP_PREFIX, clean_stale_run_dirs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "LAB_UTILS_TEST_MARK"

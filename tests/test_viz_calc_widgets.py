@@ -6,7 +6,7 @@ import pytest
 from lab_utils import calc
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
                            PlannerWidget, TrainingCostExplorer, training_cost_explorer)
-from lab_utils.viz._base import NumberText
+from lab_utils.viz.controls import NumberText
 
 FACTORIES = [MemoryExplorer, BubbleExplorer, CollectiveExplorer, AmdahlExplorer,
              lambda: PlannerWidget(model="llama2-7b", n_nodes=1, global_batch=8, seq_len=512),

@@ -13,9 +13,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from lab_utils.exercises._core import (DISCOVERY_ERRORS, CheckResult, Exercise, Verdict, check,
-                                       check_many, compare_tensors, discover, get,
-                                       list_exercises, register, show_solution)
+from lab_utils.exercises._core import (DISCOVERY_ERRORS, CheckResult, Exercise, Verdict,
+                                       compare_tensors, discover, get, list_exercises, register,
+                                       show_solution)
+from lab_utils.exercises._run import check, check_many
 from lab_utils.exercises.predict import Prediction, history, predict
 
 __all__ = ["Exercise", "Verdict", "CheckResult", "register", "discover", "get", "check",

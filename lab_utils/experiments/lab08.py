@@ -1,12 +1,11 @@
 """Lab 08's experiments on ranks: 2D (dp x tp) and 3D (dp x tp x pp) training of TinyGPT against
-one process, each mesh axis's traffic by ledger AND wire, one rank's step traced, ring attention.
+one process, each mesh axis's traffic by ledger AND wire, one rank's step traced (ring attention: ``lab08_ring.check_ring``).
 
     experiments_2d(ctx, steps, ...)   {variant: Run2D}: "torch" = compose.apply_tp + apply_fsdp
                                       (DTensor, FSDP2), "ours" = apply_tp_ours + sync_dp_grads
     train_3d(ctx, steps, m, mb, ...)  Run3D: 1F1B over pp (StageWorker), our TP in each stage,
                                       one gradient all-reduce over dp
     reference_grads(...)              the single-process gradients of the first step
-    check_ring(ctx, sizes, ...)       ring attention vs full attention, bytes vs formula
 
 Measurement stays outside the techniques: CommLedger sees the collectives (the ring formula on
 the sizes called), WireMeter what each rank's sockets sent, to whom (so wire bytes are split by
@@ -24,11 +23,10 @@ from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.unshard import unshard
-from lab_utils.measure import CommLedger, SavedActivations, WireMeter
+from lab_utils.measure import CommLedger, WireMeter
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.compose import (apply_fsdp, apply_pp, apply_tp, apply_tp_ours,
                                         sync_dp_grads)
-from lab_utils.parallel.context_parallel import full_attention, ring_attention, ring_bytes
 from lab_utils.parallel.pipeline_parallel.schedules import one_f_one_b
 from lab_utils.parallel.pipeline_parallel.stage import StageWorker, pipeline_neighbours
 from lab_utils.reference import make_optimizer
@@ -258,50 +256,3 @@ def reference_grads(data_seed: int = 1, global_batch: int = 16,
     x, y = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, data_seed)[0]
     lm_loss(model(x), y).backward()
     return {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
-@dataclass
-class RingCheck:
-    n: int
-    causal: bool
-    rank: int
-    err: dict[str, float]  # max |ring - full| of out, dq, dk, dv
-    sent: dict[str, float]  # ledger bytes by phase
-    sends: dict[str, int]
-    formula: dict[str, int]
-    saved: int  # bytes autograd kept: ring (this rank's chunk)
-    saved_full: int  # ... and plain attention on the whole sequence
-
-
-def check_ring(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 2, T: int = 32,
-               hd: int = 8, causal_modes: tuple[bool, ...] = (True, False)) -> list[RingCheck]:
-    """Ring attention over rings of each size (consecutive ranks: Topology(dp=N/n, tp=n)'s
-    groups serve as rings here), against full attention: output and the gradients of q, k, v,
-    the bytes sent and the bytes autograd saved."""
-    g = torch.Generator().manual_seed(0)
-    q, k, v, w = (torch.randn(B, H, T, hd, generator=g) for _ in range(4))  # same on every rank
-    rows = []
-    for n in sizes:
-        group, me = Topology(dp=ctx.world_size // n, tp=n).build_groups()["tp"], ctx.rank % n
-        for causal in causal_modes:
-            ref = [t.clone().requires_grad_() for t in (q, k, v)]
-            with SavedActivations() as saved_full:  # what one rank keeps WITHOUT CP
-                full = full_attention(*ref, causal=causal)
-            (full * w).sum().backward()
-            mine = [t.chunk(n, dim=2)[me].clone().requires_grad_() for t in (q, k, v)]
-            with CommLedger() as ledger:
-                with ledger.phase("forward"), SavedActivations() as saved:
-                    out = ring_attention(*mine, group, causal)
-                with ledger.phase("backward"):
-                    (out * w.chunk(n, dim=2)[me]).sum().backward()
-            with torch.no_grad():
-                want = full_attention(q, k, v, causal).chunk(n, dim=2)[me]
-            err = {"out": (out - want).abs().max().item()}
-            for name, a, b in zip("qkv", mine, ref):
-                err[f"d{name}"] = (a.grad - b.grad.chunk(n, dim=2)[me]).abs().max().item()
-            phases = ("forward", "backward")
-            rows.append(RingCheck(n, causal, ctx.rank, err,
-                                  {ph: ledger.bytes_sent(phase=ph) for ph in phases},
-                                  {ph: ledger.count("send", ph) for ph in phases},
-                                  ring_bytes(B, H, T, hd, n), saved.bytes, saved_full.bytes))
-    return rows

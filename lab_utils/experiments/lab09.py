@@ -1,13 +1,10 @@
 """Lab 09's experiments: expert parallelism against the dense reference, on a 2D mesh, and the
-router's load balance.
+router's load balance (``lab09_balance.balance_run``).
 
     ep_checks(ctx, sizes)          EP at each size in ``sizes`` (sub-groups of the world) vs the
                                    single-process MoELayer: forward, gradients, all-to-all bytes
     ep_dp_mesh(ctx, dp, ep, steps) EP x DP on a DeviceMesh ("dp", "ep"): SGD steps vs the reference,
                                    what each axis carries
-    balance_run(ctx, aux_coefs, steps, capacity_factors)
-                                   train with and without the load-balancing loss; tokens per
-                                   expert per step; dropped tokens and buffer sizes per capacity
     ep_experiments(ctx, ...)       ep_checks then ep_dp_mesh, in one launch (the notebook's)
 
 The technique is ``lab_utils.parallel.expert_parallel``; the measurement is outside it (a
@@ -22,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from lab_utils.parallel.expert_parallel import ExpertParallelMoE, MoELayer, expert_capacity
+from lab_utils.parallel.expert_parallel import ExpertParallelMoE, MoELayer
 
 
 @dataclass(frozen=True)
@@ -277,64 +274,6 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
     formula = {"experts over dp": 2 * (dp - 1) / dp * expert_bytes,
                "router over all": 2 * (world - 1) / world * router_bytes}
     return MeshResult(coords, losses, ref_losses, err, comm, formula)
-
-
-# ------------------------------------------------------------------ load balance and capacity
-@dataclass
-class BalanceResult:
-    tokens_per_expert: dict[float, list[list[int]]]  # aux coef -> per step, (E,) whole world
-    aux_loss: dict[float, list[float]]               # aux coef -> per step, mean over ranks
-    capacity: list[dict]                             # rows: coef, capacity factor, dropped...
-
-
-def balance_run(ctx, aux_coefs: tuple[float, ...] = (0.0, 1.0), steps: int = 30,
-                capacity_factors: tuple[float, ...] = (0.5, 1.0, 1.25, 1.5, 2.0),
-                lr: float = 0.2, shape: MoEShape = MoEShape(tokens=64, skew=1.0)
-                ) -> BalanceResult:
-    """EP over the world: train a router + experts for ``steps`` SGD steps (regression to a
-    fixed nonlinear target) with loss = mse + coef * aux, once per coefficient, counting the
-    assignments each expert gets. Then, for the trained router, sweep the capacity factor:
-    assignments dropped, rows the busiest rank receives, and the (E, C, h) buffer a
-    fixed-shape implementation would allocate."""
-    n, E, k = ctx.world_size, shape.n_experts, shape.top_k
-    A = _teacher(shape)
-    per_step, aux_hist, cap_rows = {}, {}, []
-    for coef in aux_coefs:
-        moe = ExpertParallelMoE(shape.d_model, shape.d_hidden, E, k, None, group=ctx.group,
-                                seed=shape.seed)  # dropless while training: counts are loads
-        per_step[coef], aux_hist[coef] = [], []
-        for step in range(steps):
-            x = tokens_for(shape, ctx.rank, step)
-            out = moe(x)
-            mse = ((out.y - torch.tanh(x @ A) / 2) ** 2).sum() / (n * shape.tokens)
-            moe.zero_grad()
-            (mse + coef * out.aux_loss / n).backward()
-            dist.all_reduce(moe.router.weight.grad, group=ctx.group)
-            with torch.no_grad():
-                for p in moe.parameters():
-                    p -= lr * p.grad
-            stats = torch.cat([torch.bincount(out.routing.expert_idx.reshape(-1), minlength=E)
-                               .float(), out.aux_loss.detach().view(1) / n])
-            dist.all_reduce(stats, group=ctx.group)  # measurement, outside the ledger
-            per_step[coef].append([int(c) for c in stats[:E].tolist()])
-            aux_hist[coef].append(stats[E].item())
-        x = tokens_for(shape, ctx.rank, steps)
-        for cf in capacity_factors:
-            moe.capacity_factor = cf
-            with torch.no_grad():
-                r = moe(x).routing
-            kept = torch.bincount(r.expert_idx[r.keep], minlength=E).float()
-            dropped = torch.tensor([float((~r.keep).sum())])
-            dist.all_reduce(kept, group=ctx.group)
-            dist.all_reduce(dropped, group=ctx.group)
-            per_rank = kept.view(n, E // n).sum(1)             # rows each rank's experts get
-            C = expert_capacity(shape.tokens, E, k, cf)
-            cap_rows.append({
-                "aux coef": coef, "capacity factor": cf, "C": C,
-                "dropped %": 100 * dropped.item() / (n * shape.tokens * k),
-                "rows, busiest rank": int(per_rank.max()), "rows, mean rank": per_rank.mean().item(),
-                "padded buffer rows": n * (E // n) * C})        # ep sources x local experts x C
-    return BalanceResult(per_step, aux_hist, cap_rows)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lab_utils.calc.comm import ring_bytes_per_rank
+from lab_utils.measure.comm_ops import decode, group_size, ledger_bytes
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send", "recv", "barrier", "gather", "scatter")
@@ -67,87 +67,9 @@ class CommRecord:
     start_s: float = 0.0
 
 
-def _nbytes(t: Any) -> int:
-    if isinstance(t, torch.Tensor):
-        return t.numel() * t.element_size()
-    if isinstance(t, (list, tuple)):
-        return sum(_nbytes(x) for x in t)
-    return 0
-
-
-def _group_size(group: Any) -> int:
-    if isinstance(group, str):  # functional collectives name their group
-        from torch.distributed.distributed_c10d import _resolve_process_group
-        group = _resolve_process_group(group)
-    elif isinstance(group, torch.ScriptObject):  # what the dispatcher hands c10d:: ops
-        group = torch.distributed.ProcessGroup.unbox(group)
-    return int(group.size())
-
-
-def _decode(name: str, args: tuple) -> tuple[str, int, Any, int | None] | None:
-    """(op, D bytes, group, peer) for a communication op, None for any other op."""
-    a = args
-    c10d = {  # name -> (op, how to get D, group arg index, peer arg index)
-        "allreduce_": ("all_reduce", lambda: _nbytes(a[0]), 1, None),
-        "allreduce_coalesced_": ("all_reduce", lambda: _nbytes(a[0]), 1, None),
-        "broadcast_": ("broadcast", lambda: _nbytes(a[0]), 1, 2),
-        "reduce_": ("reduce", lambda: _nbytes(a[0]), 1, 3),
-        "allgather_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
-        "_allgather_base_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
-        "allgather_coalesced_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
-        "allgather_into_tensor_coalesced_": ("all_gather", lambda: _nbytes(a[0]), 2, None),
-        "reduce_scatter_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
-        "_reduce_scatter_base_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
-        "reduce_scatter_tensor_coalesced_": ("reduce_scatter", lambda: _nbytes(a[1]), 2, None),
-        "alltoall_": ("all_to_all", lambda: _nbytes(a[1]), 2, None),
-        "alltoall_base_": ("all_to_all", lambda: _nbytes(a[1]), 2, None),
-        "send": ("send", lambda: _nbytes(a[0]), 1, 2),
-        "recv_": ("recv", lambda: _nbytes(a[0]), 1, 2),
-        "recv_any_source_": ("recv", lambda: _nbytes(a[0]), 1, None),
-        "barrier": ("barrier", lambda: 0, 1, None),
-        "monitored_barrier_": ("barrier", lambda: 0, 1, None),
-        "gather_": ("gather", lambda: _nbytes(a[0]) or _nbytes(a[1]) * _group_size(a[2]), 2, 3),
-        "scatter_": ("scatter", lambda: _nbytes(a[1]) or _nbytes(a[0]) * _group_size(a[2]), 2, 3),
-    }
-    funcol = {  # functional collectives (DTensor, FSDP2): group is the last positional arg
-        "all_reduce": ("all_reduce", lambda: _nbytes(a[0]), 2),
-        "all_reduce_": ("all_reduce", lambda: _nbytes(a[0]), 2),
-        "all_reduce_coalesced": ("all_reduce", lambda: _nbytes(a[0]), 2),
-        "all_reduce_coalesced_": ("all_reduce", lambda: _nbytes(a[0]), 2),
-        "all_gather_into_tensor": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
-        "all_gather_into_tensor_out": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
-        "all_gather_into_tensor_coalesced": ("all_gather", lambda: _nbytes(a[0]) * a[1], 2),
-        "reduce_scatter_tensor": ("reduce_scatter", lambda: _nbytes(a[0]), 3),
-        "reduce_scatter_tensor_coalesced": ("reduce_scatter", lambda: _nbytes(a[0]), 3),
-        "all_to_all_single": ("all_to_all", lambda: _nbytes(a[0]), 3),
-        "broadcast": ("broadcast", lambda: _nbytes(a[0]), 2),
-        "broadcast_": ("broadcast", lambda: _nbytes(a[0]), 2),
-    }
-    ns, _, short = name.partition("::")
-    short = short.split(".")[0]
-    if ns == "c10d" and short in c10d:
-        op, size, gi, pi = c10d[short]
-        return op, size(), a[gi], (int(a[pi]) if pi is not None else None)
-    if ns in ("_c10d_functional", "_c10d_functional_autograd") and short in funcol:
-        op, size, gi = funcol[short]
-        return op, size(), a[gi], None
-    return None
-
-
 def _is_dtensor(cls: type) -> bool:
     api = sys.modules.get("torch.distributed.tensor._api")  # not imported -> no DTensor exists
     return api is not None and issubclass(cls, api.DTensor)
-
-
-def _sent(op: str, n: int, d: int) -> float:
-    """Ledger bytes: the ring formula from calc (send: D; recv, barrier: 0); not measured."""
-    if op == "send":
-        return ring_bytes_per_rank("send_recv", n, d)
-    if op in ("recv", "barrier"):
-        return 0.0
-    if op in ("gather", "scatter"):  # root-centred: a non-root moves its 1/n share once
-        return d / n if n > 1 else 0.0
-    return ring_bytes_per_rank(op, n, d)
 
 
 class _LedgerMode(TorchDispatchMode):
@@ -171,12 +93,12 @@ class _LedgerMode(TorchDispatchMode):
             if rec is not None:
                 rec.duration_s = time.perf_counter() - rec.start_s
             return out
-        decoded = _decode(name, tuple(args)) if "c10d" in name else None
+        decoded = decode(name, tuple(args)) if "c10d" in name else None
         if decoded is None:
             return func(*args, **kwargs)
         op, d, group, peer = decoded
-        n = _group_size(group)
-        rec = CommRecord(op, _sent(op, n, d), d, n, None, self.ledger._phase, peer, name,
+        n = group_size(group)
+        rec = CommRecord(op, ledger_bytes(op, n, d), d, n, None, self.ledger._phase, peer, name,
                          time.perf_counter())
         out = func(*args, **kwargs)
         self.ledger._records.append(rec)

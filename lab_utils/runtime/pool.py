@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from lab_utils.runtime.launch import (RunResults, collect, cpu_cores, drain, make_run_dir,
-                                      start_agent, wait_for_ranks)
+from lab_utils.runtime.launch import RunResults, collect, cpu_cores, drain, wait_for_ranks
+from lab_utils.runtime.process import make_run_dir, start_agent
 
 START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with margin
 # Imported once in the agent before the ranks are forked: optimizers, DDP and the ledger import

@@ -11,7 +11,8 @@ from typing import Any
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import amdahl_limit, amdahl_speedup, gustafson_speedup
 from lab_utils.calc._check import boolean, fraction, whole
-from lab_utils.viz._base import Explorer, Spec, checkbox, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import checkbox, float_text, int_text
 
 MAX_DEVICES = 10_000_000
 

@@ -13,7 +13,8 @@ from typing import Any
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import Bubble, Schedule, bubble, bubble_from_timeline, schedule
 from lab_utils.calc._check import number, pos_int
-from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import dropdown, float_text, int_text
 from lab_utils.viz.gantt import gantt_spec
 
 SCHEDULE_OPTIONS = [("GPipe", "gpipe"), ("1F1B", "1f1b"), ("interleaved 1F1B", "interleaved"),

@@ -15,7 +15,8 @@ from lab_utils.calc import (LINKS, MB, alg_bandwidth, bus_bandwidth, collective_
                             ring_bytes_per_rank)
 from lab_utils.calc.comm import OPS
 from lab_utils.calc._check import choice, number, parse_number, whole
-from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import dropdown, float_text, int_text
 
 OP_COLORS = dict(zip(OPS, ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2",
                            "#B279A2", "#9D755D")))

@@ -12,7 +12,8 @@ from typing import Any
 
 from lab_utils.experiments.lab11_goodput import (LLAMA3_405B, daly_interval, goodput,
                                                   goodput_first_order, waste, young_interval)
-from lab_utils.viz._base import Explorer, Spec, float_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import float_text
 from lab_utils.viz.style import FIGURE_WIDTH
 
 MINUTE, HOUR = 60.0, 3600.0

@@ -14,7 +14,8 @@ from lab_utils.calc import (GB, GiB, PRESETS, RECIPES, ModelConfig, activation_m
                             model_state_memory, param_count)
 from lab_utils.calc._check import boolean, choice, divides, int_choice, number, pos_int
 from lab_utils.calc.activations import RECOMPUTE
-from lab_utils.viz._base import Explorer, Spec, checkbox, dropdown, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import checkbox, dropdown, float_text, int_text
 
 # The syllabus's worked examples use ROUND parameter counts (7e9 x 16 B = 112 GB); activations
 # need a shape, so each borrows the architecture of the nearest published model (named).

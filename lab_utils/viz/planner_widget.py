@@ -16,7 +16,8 @@ from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (DEVICES, GB, LINKS, PRESETS, Cluster, ModelConfig, Plan,
                             best_per_layout, plan)
 from lab_utils.calc._check import boolean, choice, number, pos_int
-from lab_utils.viz._base import Explorer, Spec, checkbox, dropdown, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import checkbox, dropdown, float_text, int_text
 
 MAX_WORLD = 65_536
 N_CONTRAST = 3  # infeasible layouts listed after the feasible ones, to show why they fail

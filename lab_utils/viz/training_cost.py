@@ -14,7 +14,8 @@ from typing import Any
 from lab_utils.calc import DEEPSEEK_V3, DEVICES, TrainingTime, mfu_from_gpu_hours, time_to_train
 from lab_utils.calc._check import choice, number, pos_int
 from lab_utils.calc.activations import RECOMPUTE
-from lab_utils.viz._base import Explorer, Spec, dropdown, float_text, int_text
+from lab_utils.viz._base import Explorer, Spec
+from lab_utils.viz.controls import dropdown, float_text, int_text
 from lab_utils.viz.style import FIGURE_WIDTH
 
 MODES = {"mfu": "MFU (% of peak)", "tflops": "achieved TFLOP/s per GPU"}
