@@ -1,9 +1,50 @@
-"""Shared test settings.
+"""Shared test settings and the one way tests run code on ranks.
 
-One intra-op thread in the test process: tests launch ranks that compete for the same cores,
-and torch's spinning OpenMP threads in the parent then slow everything down (40x measured on
-2 oversubscribed cores). The models here are tiny; one thread loses nothing.
+* One intra-op thread in the test process: tests launch ranks that compete for the same cores,
+  and torch's spinning OpenMP threads in the parent then slow everything down (40x measured on
+  2 oversubscribed cores). The models here are tiny; one thread loses nothing.
+* Test modules travel to the ranks BY VALUE (cloudpickle): ``tests/`` is not importable there,
+  so a rank worker defined in a test file is pickled with its code. Registered here for every
+  collected test module, once.
+* ``on_ranks(fn, world_size, *args, **kw)`` (a fixture): ``lab_utils.run`` that turns a rank's
+  failed ``assert`` back into an AssertionError in pytest, with the rank's ORIGINAL message and
+  traceback, so an assertion can sit on the rank, next to what it checks.
 """
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import cloudpickle
+import pytest
 import torch
 
+from lab_utils import RankFailure, run
+
 torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for module in {item.module for item in items if getattr(item, "module", None) is not None}:
+        cloudpickle.register_pickle_by_value(module)
+
+
+def run_on_ranks(fn: Callable, world_size: int, *args: Any, **kwargs: Any):
+    """``run(fn, world_size, ...)`` (quiet); a rank's AssertionError is re-raised as one."""
+    kwargs.setdefault("quiet", True)
+    try:
+        return run(fn, world_size, *args, **kwargs)
+    except RankFailure as exc:
+        for rank in exc.ranks:  # the first rank that failed an assert (others may be symptoms)
+            tb = exc.tracebacks[rank]
+            # the exception line, then pytest's explanation of the assert (assertion rewriting)
+            found = re.findall(r"^AssertionError(?::\s*(.*))?$", tb, flags=re.M)
+            if found:
+                message = found[-1] or "assert failed"
+                raise AssertionError(f"on rank {rank}: {message}\n\nthe rank's traceback:\n{tb}") from None
+        raise
+
+
+@pytest.fixture(scope="session")
+def on_ranks() -> Callable:
+    return run_on_ranks

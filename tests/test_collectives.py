@@ -1,15 +1,11 @@
 """lab_utils.parallel.collectives on 4 real ranks (one launch): ring phases and parameter server vs
 torch's collectives, and the bytes each rank sends vs the formulas, exactly."""
-import sys
 
-import cloudpickle
 import torch
 import torch.distributed as dist
 
 from lab_utils import run
 from lab_utils.calc import ring_bytes_per_rank
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _everything(ctx):

@@ -4,7 +4,6 @@ One launch of 4 ranks: two rings of 2 and one ring of 4, causal and not. Output 
 gradients of q, k and v must match full attention on one rank; the bytes each rank sends must
 equal the formula (N-1) x (K, V) forward, plus N x (dK, dV) backward.
 """
-import pytest
 import torch
 import torch.nn.functional as F
 from torch.testing import assert_close

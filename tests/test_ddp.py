@@ -5,9 +5,7 @@ several AdamW steps on a TinyGPT with TIED embeddings, gradients after one step,
 frozen first layer, gradient accumulation with no_sync(), BatchNorm buffers, bucket layout.
 """
 import contextlib
-import sys
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -21,7 +19,6 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.reference import default_loss, forward_backward, make_optimizer, reference_run
 
 # The workers below must travel to the ranks by value: the ranks cannot import this test file.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CFG = GPTConfig(tie_weights=True)  # tok_emb.weight IS head.weight: one gradient, reduced once
 STEPS, GLOBAL_BATCH, ACCUM = 4, 8, 2

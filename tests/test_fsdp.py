@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -31,7 +30,6 @@ from lab_utils.parallel.fsdp import FSDP, MixedPrecision, clip_grad_norm_
 from lab_utils.parallel.zero import ZeroOptimizer
 from lab_utils.reference import default_loss, make_optimizer, reference_run
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CFG = GPTConfig()  # every dim divisible by 4: no padding at K = 2 or 4
 STEPS, BATCH = 5, 8

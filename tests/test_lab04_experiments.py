@@ -1,9 +1,7 @@
 """Lab 04's pieces on real ranks: the averaging convention, naive DDP's average_gradients, the
 lab's experiments (exactness bound, bytes, accumulation, hooks) and the naive-DDP exercise's
 acceptance of correct but unusual solutions."""
-import sys
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -18,7 +16,6 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.parallel.data_parallel import average_gradients
 from lab_utils.reference import forward_backward
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable in ranks
 
 PRELOAD = ("torch._dynamo",)
 SMALL = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=32)

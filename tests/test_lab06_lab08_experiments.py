@@ -6,9 +6,7 @@ gathers, LayerNorm-grad sync); the wire adds gloo's reduce-scatter excess and 48
 only. The rest is pure calculation: the source claims lab 08 confronts, the published layouts,
 the 512-GPU candidates, the GQA warning, the figures.
 """
-import sys
 
-import cloudpickle
 import pytest
 
 from lab_utils import calc, run
@@ -16,7 +14,6 @@ from lab_utils.experiments import lab06, lab08_plans
 from lab_utils.models import GPTConfig
 from lab_utils.topology import Topology
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this file
 
 CFG_COMM = GPTConfig(vocab_size=64, seq_len=32, n_layer=2, n_head=4, d_model=64)
 CFG_MEM = GPTConfig(vocab_size=64, seq_len=16, n_layer=1, n_head=4, d_model=32, dropout=0.1)

@@ -251,3 +251,16 @@ def test_a_rank_that_dies_silently_is_named_not_its_victims():
     assert 1 not in info.value.tracebacks
     assert not any("SignalException" in tb for tb in info.value.tracebacks.values())
     assert no_workers_left()
+
+
+def _asserts_on_rank1(ctx):
+    value = 42 if ctx.rank == 1 else 0
+    assert value == 0, f"rank {ctx.rank} holds {value}, expected 0"
+    return value
+
+
+def test_on_ranks_reraises_a_rank_assertion_with_its_message(on_ranks):
+    assert list(on_ranks(lambda ctx: ctx.rank, 2, timeout_s=60)) == [0, 1]
+    with pytest.raises(AssertionError, match=r"on rank 1: rank 1 holds 42, expected 0") as info:
+        on_ranks(_asserts_on_rank1, 2, timeout_s=60)
+    assert "_asserts_on_rank1" in str(info.value)  # the rank's own traceback comes along

@@ -8,10 +8,8 @@ collective's deviation is pinned here with its reason (the module docstring of
 lab_utils/measure/wire.py explains them; benchmarks/probe_wire.py prints the table).
 """
 import os
-import sys
 import tempfile
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -22,7 +20,6 @@ from lab_utils.experiments.lab03 import WIRE_NUMEL
 from lab_utils.measure import GLOO_HEADER_BYTES, WireMeter, byte_row, wire_matrix
 from lab_utils.measure import wire as wire_module
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable in ranks
 
 D = 4 * WIRE_NUMEL  # bytes of the float32 tensor every collective moves
 HEADERS_ONLY = 1024  # a rank that sends no payload still sends a few 48-byte headers

@@ -1,19 +1,14 @@
 """The MoE layer (lab_utils.parallel.expert_parallel) against naive references in one process,
 expert parallelism against the dense layer on 2 and 4 gloo ranks, our differentiable all-to-all
 against torch's, EP x DP on a 2D DeviceMesh, and the load-balance / capacity experiment."""
-import sys
 
-import cloudpickle
 import pytest
 import torch
-import torch.distributed as dist
 
 from lab_utils import run
 from lab_utils.experiments import lab09, lab09_balance
 from lab_utils.parallel.expert_parallel import (MoELayer, all_to_all_rows, dispatch_and_combine,
                                                 expert_capacity, load_balancing_loss, route)
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 # ------------------------------------------------------------------ one process

@@ -5,9 +5,7 @@ guarantees (no timing asserts): a sleep of t lasts at least t, strong scaling co
 losses at every N, the CommLedger's bytes equal the ring formula exactly. The fit of Amdahl's s
 from logged step times (the lab's exercise) is checked on synthetic logs.
 """
-import sys
 
-import cloudpickle
 import pytest
 import torch
 
@@ -18,7 +16,6 @@ from lab_utils.experiments.lab10 import (SCALING_CONFIG, CommStats, SlowDataset,
                                          background_prefetch, comm_split, fit_curves,
                                          loader_experiment, matmul_rates)
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # tests/ is not importable in ranks
 SIM_ROW_S = 0.002
 MODES = ("strong", "weak", "sim_strong", "sim_weak")
 

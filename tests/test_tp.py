@@ -5,10 +5,8 @@ communication counts; 2 ranks for dropout RNG, parallelize_module (DTensor) and 
 link. Each check runs inside the worker and reports "ok" or its assertion message, so one failing
 check names itself without hiding the others.
 """
-import sys
 import traceback
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -24,7 +22,6 @@ from lab_utils.measure.simulated_link import simulated_link
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.parallel import tensor_parallel as tpar
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # ranks cannot import this file
 
 CFG = GPTConfig(vocab_size=64, seq_len=8, n_layer=2, n_head=4, d_model=32)
 DROP = GPTConfig(vocab_size=64, seq_len=8, n_layer=2, n_head=4, d_model=32, dropout=0.2)

@@ -5,9 +5,7 @@ One launch per world size (2 and 4) runs every experiment: TinyGPT with AdamW an
 stage, ZeRO-3 without resharding after forward, fully_shard, a ToyMLP whose units need padding,
 and every stage on a ONE-rank subgroup (ZeRO must degrade to plain training).
 """
-import sys
 
-import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
@@ -21,7 +19,6 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
 from lab_utils.reference import default_loss, make_optimizer, reference_run
 from lab_utils.parallel.zero import ZeroOptimizer
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CFG = GPTConfig()  # every unit's size is divisible by 4: no padding at K = 2 or 4
 STEPS, GLOBAL_BATCH = 4, 8
