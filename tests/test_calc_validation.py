@@ -97,7 +97,13 @@ VALID: dict[str, dict] = {
     "mfu_from_gpu_hours": dict(n_params=37e9, n_tokens=14.8e12, gpu_hours=2.664e6,
                                peak_flops=989e12),
     "Device": dict(name="gpu", peak_flops=1e14, memory_bytes=8e10, mem_bandwidth=2e12,
-                   source="datasheet"),
+                   source="datasheet", peak_fp8_flops=2e14),
+    "FloatFormat": dict(name="e4m3", exp_bits=4, mant_bits=3, finite_only=True),
+    "float_format": dict(name="e4m3"),
+    "format_max": dict(name="e5m2"),
+    "bytes_per_element": dict(name="bf16"),
+    "current_scale": dict(amax=3.0, fmt_max=448.0, margin=1),
+    "delayed_scale": dict(amax_history=[1.0, 3.0], fmt_max=448.0, margin=0),
     "Link": dict(name="link", bytes_per_s=5e10, note="note"),
     "Cluster": dict(gpus_per_node=8, n_nodes=2, gpu_mem_bytes=80e9, intra_node_bw=450e9,
                     inter_node_bw=50e9, peak_flops=989e12, intra_node_latency_s=5e-6,
@@ -154,7 +160,7 @@ RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan
            "DeepSeekBudget", "MoEParamCount", "MoEMemory", "AllToAllVolume"}
 FREE_TEXT = {("MoEConfig", "name"), ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"), ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
-             ("Cluster", "name")}
+             ("Cluster", "name"), ("FloatFormat", "name")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
 # Words a message may use for an argument (e.g. each element of ``ns`` is "each N in ns").
 ALIASES = {"recipe_name": "recipe", "recomputes": "recompute", "zero_stages": "zero_stage",

@@ -11,6 +11,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     memory        model_state_memory, RECIPES (ZeRO 0-3)              (labs 01, 05)
     activations   activation_bytes_per_layer, activation_memory       (labs 01, 02, 06, 07)
     checkpointing checkpoint_segments, optimal_segments (sqrt n)      (lab 02)
+    fp8           float formats from bit counts, FP8 per-tensor scaling (lab 02)
     comm          ring_bytes_per_rank, collective_time, busbw         (labs 03-08)
     pipeline      bubble, peak_in_flight, pipeline_facts (6 schedules) (lab 07)
     pipeline_sim  schedule (ideal timelines), Event                   (lab 07)
@@ -34,6 +35,8 @@ from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_b
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
                                      deepseek_v3_stage_memory)
+from lab_utils.calc.fp8 import (FORMATS, FloatFormat, bytes_per_element, current_scale,
+                                delayed_scale, float_format, format_max)
 from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilization,
                                   flops_utilization, hfu_over_mfu, megatron_hardware_flops,
                                   megatron_model_flops)
@@ -64,6 +67,8 @@ __all__ = [
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
     "embedding_activation_bytes", "in_flight_microbatches",
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
+    "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
+    "bytes_per_element",
     "ring_bytes_per_rank", "collective_time", "alg_bandwidth", "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",

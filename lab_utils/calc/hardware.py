@@ -1,7 +1,8 @@
 """Device peaks, interconnect speeds and the ``Cluster`` the planner works on (labs 03, 08, 10).
 
 Figures are vendor datasheet values. FLOP/s are DENSE 16-bit tensor-core peaks (datasheets
-often print the 2:4-sparsity figure, twice as large: do not use it for MFU). Link speeds are
+often print the 2:4-sparsity figure, twice as large: do not use it for MFU). ``peak_fp8_flops``
+is the dense FP8 tensor-core peak where the device has one (0 where it has none; lab 02). Link speeds are
 bytes/s PER DIRECTION: NVIDIA quotes NVLink as total bidirectional bandwidth (H100: 900 GB/s
 = 450 GB/s each way); network links are quoted in bits/s (400 Gb/s = 50 GB/s).
 """
@@ -15,19 +16,22 @@ from lab_utils.calc.units import GB, GiB
 
 @dataclass(frozen=True)
 class Device:
-    """An accelerator: dense bf16/fp16 peak FLOP/s, memory bytes, memory bandwidth bytes/s."""
+    """An accelerator: dense bf16/fp16 peak FLOP/s, memory bytes, memory bandwidth bytes/s,
+    and the dense FP8 peak (0: no FP8 tensor cores)."""
 
     name: str
     peak_flops: float
     memory_bytes: float
     mem_bandwidth: float
     source: str
+    peak_fp8_flops: float = 0.0
 
     def __post_init__(self) -> None:
         text("Device.name", self.name)
         for f in ("peak_flops", "memory_bytes", "mem_bandwidth"):
             pos_num(f"Device.{f}", getattr(self, f))
         text("Device.source", self.source)
+        nonneg_num("Device.peak_fp8_flops", self.peak_fp8_flops)
 
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
@@ -38,14 +42,17 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("A100-SXM4-40GB", 312e12, 40 * GB, 1555e9, "NVIDIA A100 datasheet (bf16 dense)"),
     Device("A100-SXM4-80GB", 312e12, 80 * GB, 2039e9, "NVIDIA A100 datasheet (bf16 dense)"),
     Device("H100-PCIe-80GB", 756e12, 80 * GB, 2.0e12,
-           "NVIDIA H100 datasheet (bf16 dense; 1513 with sparsity)"),
+           "NVIDIA H100 datasheet (bf16 dense; 1513 with sparsity; fp8 1513 dense, 3026 with "
+           "sparsity)", 1513e12),
     Device("H100-SXM5-80GB", 989e12, 80 * GB, 3.35e12,
-           "NVIDIA H100 datasheet (bf16 dense; 1979 with sparsity)"),
+           "NVIDIA H100 datasheet (bf16 dense; 1979 with sparsity; fp8 1979 dense, 3958 with "
+           "sparsity)", 1979e12),
     Device("H800-SXM-80GB", 989e12, 80 * GB, 3.35e12,
            "NVIDIA H800 (export variant of H100 SXM: same bf16 dense compute, NVLink cut to "
            "400 GB/s); DeepSeek-V3's GPU"),
     Device("H200-SXM-141GB", 989e12, 141 * GB, 4.8e12,
-           "NVIDIA H200 datasheet (bf16 dense; same compute as H100 SXM)"),
+           "NVIDIA H200 datasheet (bf16 dense; same compute as H100 SXM; fp8 1979 dense)",
+           1979e12),
     Device("MI300X", 1307.4e12, 192 * GB, 5.3e12, "AMD Instinct MI300X datasheet (bf16 dense)"),
     Device("TPU-v4", 275e12, 32 * GiB, 1200e9, "Google Cloud TPU v4 documentation (bf16)"),
 )}
