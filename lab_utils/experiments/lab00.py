@@ -5,8 +5,17 @@ lab_utils.experiments.lab00:hello --nproc 4` and a cluster's torchrun can import
 """
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+import signal
+import socket
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -48,3 +57,80 @@ def allreduce_timing(ctx: Ctx, numel: int = 1 << 20, repeats: int = 5) -> float:
             torch.cuda.synchronize(ctx.device)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+# --- the plain torchrun script (scripts/hello_dist.py), launched as a real multi-node job ---
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+@dataclass
+class TorchrunJob:
+    """What a plain torchrun launch printed: one row per rank (sorted by RANK), and the commands."""
+
+    commands: list[str]
+    rows: list[dict]
+    returncodes: list[int]
+    output: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_commands(script: Path, nnodes: int, nproc_per_node: int, port: int) -> list[list[str]]:
+    """One torchrun command per node, as you would type them on nnodes machines (here: localhost)."""
+    return [[sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+             "--node-rank", str(k), "--nproc-per-node", str(nproc_per_node),
+             "--master-addr", "127.0.0.1", "--master-port", str(port), str(script)]
+            for k in range(nnodes)]
+
+
+def run_torchrun(script: Path, nnodes: int = 2, nproc_per_node: int = 2,
+                 timeout_s: float = 120.0) -> TorchrunJob:
+    """Start `nnodes` torchrun agents on this machine, as if on `nnodes` machines; parse the JSON
+    line each rank prints. On timeout every agent and its ranks are killed (their own session)."""
+    cmds = torchrun_commands(script, nnodes, nproc_per_node, _free_port())
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # what torchrun sets anyway, without its warning
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, start_new_session=True) for c in cmds]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=timeout_s)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    text = "".join(outputs)
+    rows = [json.loads(line[line.index("{"):]) for line in text.splitlines() if '"RANK"' in line]
+    shown = ["torchrun " + " ".join(c[3:-1] + [f"scripts/{script.name}"]) for c in cmds]
+    return TorchrunJob(shown, sorted(rows, key=lambda r: r["RANK"]), [p.returncode for p in procs], text)
+
+
+def default_timeouts() -> dict[str, float | None]:
+    """init_process_group's default timeout per backend, in seconds, from the installed torch.
+
+    gloo (and every non-NCCL backend): ``torch.distributed.constants.default_pg_timeout``.
+    NCCL: ``default_pg_nccl_timeout``, which a CPU-only build leaves None; then it is read from
+    the C++ header the wheel ships (``kProcessGroupNCCLDefaultTimeout`` in ProcessGroupNCCL.hpp).
+    """
+    from torch.distributed import constants
+
+    nccl = constants.default_pg_nccl_timeout
+    nccl_s = nccl.total_seconds() if nccl is not None else _nccl_timeout_from_header()
+    return {"gloo": constants.default_pg_timeout.total_seconds(), "nccl": nccl_s}
+
+
+def _nccl_timeout_from_header() -> float | None:
+    header = (Path(torch.__file__).parent / "include" / "torch" / "csrc" / "distributed" / "c10d"
+              / "ProcessGroupNCCL.hpp")
+    try:
+        text = header.read_text()
+    except OSError:
+        return None
+    found = re.search(r"kProcessGroupNCCLDefaultTimeout\s*=\s*std::chrono::milliseconds\(([\d\s*]+)\)", text)
+    return math.prod(int(f) for f in found.group(1).split("*")) / 1000 if found else None
