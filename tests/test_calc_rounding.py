@@ -26,7 +26,8 @@ def test_rounding_equals_torch_casts(mant_bits, dtype, lo, hi):
     ours = torch.tensor([round_to_bits(x, mant_bits) for x in xs.tolist()], dtype=torch.float64)
     assert torch.equal(ours, xs.to(dtype).to(torch.float64))
     # ties go to the even neighbour: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 in bf16
-    assert round_to_bits(1 + 2.0 ** -8, 7) == 1.0 == torch.tensor(1 + 2.0 ** -8).to(torch.bfloat16).item()
+    tie = 1 + 2.0 ** -8
+    assert round_to_bits(tie, 7) == 1.0 == torch.tensor(tie).to(torch.bfloat16).item()
 
 
 def test_the_source_example():

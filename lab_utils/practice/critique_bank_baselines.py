@@ -20,7 +20,8 @@ def grad_accum() -> Critique:
     kept = 100 * activation_bytes_per_layer(4096, 1, 4096, 32, recompute="full") / \
         activation_bytes_per_layer(4096, 1, 4096, 32, flash_attention=True)
     state = [model_state_memory(1, r).total for r in ("mixed_adam", "fp32_adam")]
-    seq = activation_bytes_per_layer(2048, 1, 4096, 32) / activation_bytes_per_layer(512, 1, 4096, 32)
+    seq = activation_bytes_per_layer(2048, 1, 4096, 32) / \
+        activation_bytes_per_layer(512, 1, 4096, 32)
     flash = activation_bytes_per_layer(2048, 1, 4096, 32, flash_attention=True) / \
         activation_bytes_per_layer(512, 1, 4096, 32, flash_attention=True)
     return Critique(
