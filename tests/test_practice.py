@@ -80,12 +80,13 @@ def test_concept_submit_grade_and_bad_input():
 
 CLAIMS = {  # item -> the right numbers (the calculators' answers, checked here by hand)
     "gpt3-1000-a100": (21.875, 104), "70b-256-state": (35.0, 12.03), "70b-64-zero": (1120, 17.5),
-    "10b-ddp-memory": (160, 80, 40), "60gb-ddp-vs-fsdp": (723.4,), "amdahl-256": (41.96, 16.39),
+    "10b-ddp-memory": (160, 80, 40), "60gb-ddp-vs-fsdp": (723.4, 0.9563),
+    "amdahl-256": (41.96, 16.39),
     "ring-latency": (10.23,), "zero2-halves-comm": (1.0,), "zero-formulas": (38.5, 26.25),
     "1f1b-bubble": (1.0, 27.27), "interleaved-gpipe": (1.4375, 17.95, 1.0),
     "sp-reduces-comm": (1.0, 0.3269), "tp-two-allreduces": (4, 469.8),
-    "activations-20-bytes": (2.282, 13.02), "grad-accum-32x": (5.882,), "ddp-hang-fixes": (),
-    "gpt3-4096": (8.477,)}
+    "activations-20-bytes": (2.282, 13.02), "grad-accum-32x": (5.882, 1.0, 8.444),
+    "ddp-hang-fixes": (), "gpt3-4096": (8.477,), "bf16-small-grads": (0.3973, 0.003906)}
 
 
 def test_every_source_claim_has_an_item_with_the_right_numbers():

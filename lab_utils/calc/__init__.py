@@ -23,6 +23,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     planner       plan, check_config                                  (labs 08, 12)
     layouts       Llama 3 405B Table 4, layout_memory                 (labs 08, 12)
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
+    rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
 """
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
@@ -96,3 +97,8 @@ from lab_utils.calc.moe import (DEEPSEEK_V3_LAYOUT, MOE_PRESETS, MOE_PUBLISHED, 
 __all__ += ["MoEConfig", "MoEParamCount", "moe_param_count", "MOE_PRESETS", "MOE_PUBLISHED",
             "DEEPSEEK_V3_LAYOUT", "MoEMemory", "moe_memory_per_rank", "AllToAllVolume",
             "all_to_all_bytes_per_layer", "gqa_attention_params", "mla_attention_params"]
+
+# Float resolution (labs 02, 12): the gap between neighbouring numbers of a format, rounding.
+from lab_utils.calc.rounding import float_gap, round_to_bits  # noqa: E402
+
+__all__ += ["float_gap", "round_to_bits"]

@@ -10,9 +10,9 @@
 
 Modules: ``items`` (ids, submit marker, answer parsing), ``drills`` + ``generators`` +
 ``generators_perf`` (numeric drills), ``concepts`` + ``bank/*.yaml`` (questions with rubrics),
-``critiques`` + ``critique_bank`` + ``critique_bank_parallel`` (criticise this answer),
-``mock`` (the timed interview), ``widgets`` / ``mock_ui`` (ipywidgets views), ``leaks``
-(the test that an executed notebook shows no answer before its submit).
+``critiques`` + ``critique_bank`` + ``critique_bank_parallel`` + ``critique_bank_baselines``
+(criticise this answer), ``mock`` (the timed interview), ``widgets`` / ``mock_ui`` (ipywidgets
+views), ``leaks`` (the test that an executed notebook shows no answer before its submit).
 """
 from __future__ import annotations
 

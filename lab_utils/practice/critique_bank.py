@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from lab_utils.calc import GB, amdahl_limit, amdahl_speedup, model_state_memory
+from lab_utils.calc import (GB, activation_bytes_per_layer, amdahl_limit, amdahl_speedup,
+                            model_state_memory)
 from lab_utils.practice.critiques import Critique, Statement
 from lab_utils.practice.drills import Drill, Mistake
 from lab_utils.practice.items import fmt
@@ -119,6 +120,8 @@ def amdahl_256() -> Critique:
 
 def sixty_gb_on_8() -> Critique:
     days = 1e12 / (8 * 2000) / 86_400
+    naive = 2048 * 4096 * 2                                   # the candidate's bytes per sequence
+    layer = activation_bytes_per_layer(2048, 1, 4096, 32)     # one sequence, one layer, bf16
     return Critique(
         "critique:60gb-ddp-vs-fsdp", "A 60 GB model on 8 A100s: DDP or FSDP?",
         "sources/002 (Day 7), question 5",
@@ -126,6 +129,13 @@ def sixty_gb_on_8() -> Critique:
         "activations together). Design for the highest throughput.",
         (S("With DDP each GPU keeps all 60 GB, leaving 20 GB to grow the batch.", False,
            "Given the premise, right."),
+         S("A 2048-token sequence at hidden size 4096 takes 2048 x 4096 x 2 bytes, so 20 GB hold "
+           "about 1.2M elements: a batch of 4 sequences.", True,
+           f"By that count 20 GB would hold {20 * GB / naive:,.0f} sequences, not 4: the units "
+           f"are mixed up. And one bf16 vector per token is not what a layer stores: s b h (34 + "
+           f"5 a s / h) bytes (Korthikanti et al. 2022), {fmt(layer / GB)} GB per sequence and "
+           f"layer with 32 heads, {fmt(32 * layer / GB)} GB for 32 layers: without recomputation "
+           "not even one sequence fits in 20 GB."),
          S("With FSDP the 60 GB drops to 60 / 8 = 7.5 GB per GPU, leaving 72.5 GB for a larger "
            "batch.", True, "FSDP shards parameters, gradients and optimizer state, not "
                            "activations; the activation part of the 60 GB stays on every GPU."),
@@ -139,9 +149,14 @@ def sixty_gb_on_8() -> Critique:
            True, f"1e12 / 16,000 tokens/s = 6.25e7 s = {fmt(days)} days."),),
         (fix("60gb-ddp-vs-fsdp", 0, "Days to train on 1e12 tokens at 8 x 2,000 tokens/s", days,
              "days", f"1e12 / (8 x 2000) / 86,400 = {fmt(days)} days.",
-             (17 / 24, "the candidate's 17 hours is off by a factor of 1000.")),),
-        "FSDP saves model state, not activations; judge throughput in tokens per second; check "
-        "time-to-train arithmetic with units.")
+             (17 / 24, "the candidate's 17 hours is off by a factor of 1000.")),
+         fix("60gb-ddp-vs-fsdp", 1, "Activations of ONE 2048-token sequence in one layer: hidden "
+             "4096, 32 heads, bf16, no recomputation, no FlashAttention", layer / GB, "GB",
+             f"s b h (34 + 5 a s / h) = 2048 x 4096 x {layer / naive * 2:g} B = {fmt(layer / GB)} GB.",
+             (naive / GB, "one bf16 vector per token: a layer keeps about 34 bytes per element "
+                          "plus the attention scores."))),
+        "FSDP saves model state, not activations; size activations per layer with Korthikanti's "
+        "formula; judge throughput in tokens per second; check arithmetic with units.")
 
 
 def seventy_b_64() -> Critique:

@@ -250,31 +250,8 @@ def gpt3_layout() -> Critique:
         "Quote published layouts with their source; GPT-3's was not published.")
 
 
-def grad_accum() -> Critique:
-    kept = 100 * activation_bytes_per_layer(4096, 1, 4096, 32, recompute="full") / \
-        activation_bytes_per_layer(4096, 1, 4096, 32, flash_attention=True)
-    return Critique(
-        "critique:grad-accum-32x", "Batch 32 when only batch 1 fits",
-        "sources/002 (Day 7), question 2",
-        "Your model fits with a batch of 1, but you need a batch of 32. What can you do?",
-        (S("Accumulate gradients over 32 micro-batches of 1: the same update as a batch of 32, "
-           "when the loss is divided by 32.", False, "Right (without batch-dependent layers like "
-                                                     "BatchNorm)."),
-         S("But it is 32 times slower.", True,
-           "The FLOPs per sample are the same; 32 small steps replace one big step that did not "
-           "fit. It is slower only by the lower efficiency of tiny matmuls, not 32x."),
-         S("Activation checkpointing saves about half the activation memory.", True,
-           f"Full recomputation keeps only each layer's input: about {fmt(kept)}% of the "
-           "activations (with FlashAttention), for one extra forward pass."),
-         S("bf16 activations take half the memory of fp32 ones.", False, "Right."),),
-        (fix("grad-accum-32x", 0, "Activations kept per layer with full recomputation, as % of "
-             "none (h = 4096, 32 heads, s = 4096, FlashAttention)", kept, "%",
-             f"2 s b h / 34 s b h = {fmt(kept)}%.", (50.0, "far more is saved than half.")),),
-        "Accumulation costs no extra FLOPs; recomputation keeps ~2/34 of the activations.")
-
-
 @lru_cache(maxsize=None)
 def ITEMS() -> tuple[Critique, ...]:  # noqa: N802 (a constant, built on first use)
     return (ring_latency(), zero2_comm(), zero_formulas(), one_f_one_b_bubble(), interleaving(),
-            sequence_parallel(), two_allreduces(), activation_size(), grad_accum(), ddp_hang(),
+            sequence_parallel(), two_allreduces(), activation_size(), ddp_hang(),
             gpt3_layout())

@@ -48,7 +48,8 @@ class Critique:
         lines += [f"  {i}. {s.text}" for i, s in enumerate(self.statements, 1)]
         lines.append("Which statements are wrong?" + (" Then give the right numbers:" if self.fixes
                                                       else ""))
-        lines += [f"  {chr(97 + j)}) {d.question} (in {d.unit})" for j, d in enumerate(self.fixes)]
+        lines += [f"  {chr(97 + j)}) {d.question}" + (f" (in {d.unit})" if d.unit else "")
+                  for j, d in enumerate(self.fixes)]
         return "\n".join(lines)
 
     @property
@@ -150,9 +151,10 @@ class CritiqueResult:
 
 
 def all_critiques() -> tuple[Critique, ...]:
-    """Every critique item (``critique_bank`` and ``critique_bank_parallel``), in order."""
-    from lab_utils.practice import critique_bank, critique_bank_parallel
-    return critique_bank.ITEMS() + critique_bank_parallel.ITEMS()
+    """Every critique item (``critique_bank``, ``critique_bank_parallel`` and
+    ``critique_bank_baselines``), in order."""
+    from lab_utils.practice import critique_bank, critique_bank_baselines, critique_bank_parallel
+    return critique_bank.ITEMS() + critique_bank_parallel.ITEMS() + critique_bank_baselines.ITEMS()
 
 
 def critique(item_id: str) -> Critique:

@@ -59,7 +59,7 @@ def fmt(x: float) -> str:
 
 def with_unit(x: float, unit: str) -> str:
     """A value and its unit as people write them: 42x, 16.4%, $1.57M, 48 GB."""
-    if unit in ("x", "%"):
+    if unit in ("x", "%", ""):
         return f"{fmt(x)}{unit}"
     if unit == "$M":
         return f"${fmt(x)}M"
