@@ -75,6 +75,7 @@ CALC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "narayanan_param_count": calc.narayanan_param_count,
     "activation_bytes_per_layer": calc.activation_bytes_per_layer,
     "activation_memory": calc.activation_memory,
+    "logits_bytes": calc.logits_bytes,
     "in_flight_microbatches": calc.in_flight_microbatches,
     "ring_bytes_per_rank": calc.ring_bytes_per_rank,
     "busbw_factor": calc.busbw_factor,
