@@ -110,3 +110,16 @@ def test_max_params_that_fit():
 def test_memory_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_lab01_recipes_amp_and_pure_bf16():
+    # torch.autocast keeps fp32 parameters (fp32 grads, no master): 16 B like fp32 Adam;
+    # AdamW on bf16 parameters keeps bf16 m and v and no master: 8 B (measured in lab 01).
+    assert RECIPES["amp_adam"].per_param == 16 and RECIPES["amp_adam"].master == 0
+    assert RECIPES["bf16_adam"].per_param == 8 and RECIPES["bf16_adam"].optimizer == 4
+
+
+def test_logits_bytes():
+    from lab_utils.calc import logits_bytes
+    assert logits_bytes(2048, 1, 32000) == 4 * 2048 * 32000
+    assert logits_bytes(2048, 2, 32000, tp=4, bytes_per_value=2) == 2 * 2048 * 2 * 32000 / 4

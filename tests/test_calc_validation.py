@@ -54,6 +54,7 @@ VALID: dict[str, dict] = {
     "embedding_activation_bytes": dict(seq_len=2048, micro_batch=1, hidden=4096, tp=2,
                                        sequence_parallel=True),
     "in_flight_microbatches": dict(schedule="1f1b", pp=4, n_micro=8, stage=1),
+    "logits_bytes": dict(seq_len=2048, micro_batch=1, vocab_size=32000, tp=2, bytes_per_value=4),
     "checkpoint_segments": dict(n_layers=16, n_segments=4, input_bytes=1.0, layer_bytes=3.0),
     "optimal_segments": dict(n_layers=16, input_bytes=1.0, layer_bytes=3.0),
     "ring_bytes_per_rank": dict(op="all_reduce", n=8, size_bytes=1e6),

@@ -82,6 +82,17 @@ def test_memory_controls_change_the_bars_to_calc_numbers():
         assert w.error_message == ""
 
 
+def test_memory_flash_attention_drops_the_score_term():
+    w = MemoryExplorer(model="7B", compare=False, seq_len=2048)
+    cfg = calc.preset("llama2-7b")
+    stored = w.figure.data[4].y[0]
+    w.set(flash_attention=True)
+    flash = calc.activation_memory(2048, 1, cfg.hidden, cfg.n_heads, cfg.n_layers,
+                                   flash_attention=True).total
+    assert w.figure.data[4].y[0] == approx(flash / GB) and flash / GB < 0.5 * stored
+    assert "FlashAttention" in w.summary.value and w.error_message == ""
+
+
 def test_memory_units_capacity_line_offload_and_selected_stage():
     w = MemoryExplorer(model="7B", activations=False, compare=True, zero_stage=1, dp=4)
     assert list(w.figure.data[0].marker.line.width) == [0, 2.5, 0, 0]

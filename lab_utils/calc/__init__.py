@@ -27,7 +27,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
 """
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
-                                        in_flight_microbatches)
+                                        in_flight_microbatches, logits_bytes)
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
@@ -66,7 +66,7 @@ __all__ = [
     "Recipe", "RECIPES", "ModelStateMemory", "model_state_memory", "zero_memory_table",
     "max_params_that_fit",
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
-    "embedding_activation_bytes", "in_flight_microbatches",
+    "embedding_activation_bytes", "in_flight_microbatches", "logits_bytes",
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import boolean, choice, heads_and_tp, index, pos_int
+from lab_utils.calc._check import boolean, choice, heads_and_tp, index, int_choice, pos_int
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -84,6 +84,22 @@ def embedding_activation_bytes(seq_len: int, micro_batch: int, hidden: int, tp: 
     h, t = pos_int("hidden", hidden), pos_int("tp", tp)
     sp = boolean("sequence_parallel", sequence_parallel)
     return s * b * h / (t if sp else 1)
+
+
+def logits_bytes(seq_len: int, micro_batch: int, vocab_size: int, tp: int = 1,
+                 bytes_per_value: int = 4) -> float:
+    """Bytes of the output layer's logits for one micro-batch: s b V values, each
+    ``bytes_per_value`` (4: the loss is usually computed in fp32), divided by t when the output
+    layer is vocab-parallel (lab 06).
+
+    One value per vocabulary entry per token: with V = 128256 (Llama 3) that is 31x the hidden
+    size 4096, so this one tensor (and its gradient, the same size) can rival a whole layer's
+    activations. The planner adds it on the last pipeline stage. Lab 01, lab 06.
+    """
+    s, b = pos_int("seq_len", seq_len), pos_int("micro_batch", micro_batch)
+    v, t = pos_int("vocab_size", vocab_size), pos_int("tp", tp)
+    nbytes = int_choice("bytes_per_value", bytes_per_value, (1, 2, 4, 8), "bytes of one value")
+    return s * b * v * nbytes / t
 
 
 def in_flight_microbatches(schedule: str, pp: int, n_micro: int, stage: int = 0) -> int:

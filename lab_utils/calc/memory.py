@@ -65,6 +65,15 @@ RECIPES: dict[str, Recipe] = {
     # Plain fp32 SGD with momentum: 4 B weights + 4 B grads + 4 B momentum = 12 B/param.
     "fp32_sgd_momentum": Recipe("fp32_sgd_momentum", 4, 4, 0, 4,
                                 "SGD with one fp32 momentum buffer (PyTorch torch.optim.SGD)"),
+    # torch.autocast (AMP): the parameters stay fp32 and each op casts them to bf16/fp16 on the
+    # fly, so .grad is fp32 and no master copy is needed: the same 16 B as fp32 Adam.
+    "amp_adam": Recipe("amp_adam", 4, 4, 0, 8,
+                       "PyTorch AMP docs (torch.autocast keeps fp32 parameters); lab 01"),
+    # Pure bf16: torch.optim.AdamW on bf16 parameters makes m and v like the parameter (bf16)
+    # and keeps no master copy: 2 + 2 + 2 + 2 = 8 B/param, at the price of small updates
+    # rounding away (lab 02; Kahan summation or stochastic rounding are the usual remedies).
+    "bf16_adam": Recipe("bf16_adam", 2, 2, 0, 4,
+                        "torch.optim.AdamW state is zeros_like(param); lab 01"),
     # 8-bit Adam (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization"):
     # m and v stored in 8 bits = 2 B/param; we keep bf16 weights/grads and the fp32 master
     # (2 + 2 + 4 + 2 = 10 B). The fp32 scale per block of 2048 values (block-wise) adds

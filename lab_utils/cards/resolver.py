@@ -78,6 +78,7 @@ CALC_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "checkpoint_segments": calc.checkpoint_segments,
     "optimal_segments": calc.optimal_segments,
     "float_format": calc.float_format,
+    "logits_bytes": calc.logits_bytes,
     "in_flight_microbatches": calc.in_flight_microbatches,
     "ring_bytes_per_rank": calc.ring_bytes_per_rank,
     "busbw_factor": calc.busbw_factor,

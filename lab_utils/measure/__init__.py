@@ -5,6 +5,7 @@
 
     model_state_bytes(model, opt)  -> {params, grads, optimizer, total, ...} bytes   (lab 01)
     SavedActivations(model)        -> .bytes / .count saved for backward            (labs 01, 02)
+    step_memory.record_steps(...)  -> bytes held at every event of training steps   (lab 01)
     peak_memory_bytes(device)      -> CUDA peak allocated bytes, None on CPU
     CommLedger()                   -> every collective / p2p call: op, bytes, time  (labs 03-08)
     Timeline(ctx)                  -> named spans per rank, gathered to rank 0      (labs 04, 07)

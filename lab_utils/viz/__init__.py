@@ -3,6 +3,7 @@
 Figures (static, return ``plotly.graph_objects.Figure``):
     gantt_figure              per-rank timeline, ideal (calc.schedule) or measured   (lab 07)
     collective_state_figure   what every rank holds before / after a collective     (lab 03)
+    memory_timeline_figure    memory of training steps, event by event (measured)   (lab 01)
 
 Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.set(...)``):
     memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05, 08)
@@ -26,6 +27,7 @@ from lab_utils.viz.collective_explorer import CollectiveExplorer, collective_exp
 from lab_utils.viz.gantt import (KIND_COLORS, collective_state_figure, gantt_figure,
                                  gantt_spec, kind_of)
 from lab_utils.viz.memory_explorer import MemoryExplorer, memory_explorer
+from lab_utils.viz.memory_timeline import memory_timeline_figure
 from lab_utils.viz.planner_widget import PlannerWidget, planner_widget
 from lab_utils.viz.table import Table, show_table
 from lab_utils.viz.training_cost import TrainingCostExplorer, training_cost_explorer
@@ -33,7 +35,7 @@ from lab_utils.viz.training_cost import TrainingCostExplorer, training_cost_expl
 __all__ = [
     "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
     "Explorer", "apply_spec", "to_figure",
-    "MemoryExplorer", "memory_explorer", "BubbleExplorer", "bubble_explorer",
+    "MemoryExplorer", "memory_explorer", "memory_timeline_figure", "BubbleExplorer", "bubble_explorer",
     "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
     "PlannerWidget", "planner_widget", "Table", "show_table",
     "TrainingCostExplorer", "training_cost_explorer",

@@ -2,7 +2,10 @@
 
 A thin view over ``calc.model_state_memory`` (weights, grads, fp32 master, optimizer states;
 Rajbhandari et al. 2020 Sec. 5) and ``calc.activation_memory`` (Korthikanti et al. 2022,
-Table 2). Bars are per GPU; the dashed line is the device's memory.
+Table 2). Bars are per GPU; the dashed line is the device's memory. Korthikanti's formula
+assumes attention that stores its s x s scores (5as/h of the 34 + 5as/h); the "FlashAttention"
+box drops that term, as SDPA / FlashAttention kernels (Dao et al. 2022) recompute the scores in
+backward instead of storing them, which is what most models train with today.
 """
 from __future__ import annotations
 
@@ -65,6 +68,7 @@ class MemoryState:
     seq_len: int
     recompute: str
     sequence_parallel: bool
+    flash_attention: bool
     activations: bool
     offload: bool
     compare: bool
@@ -89,12 +93,13 @@ def validate(values: dict[str, Any]) -> MemoryState:
     dev = number("device memory (GB)", values["device_gb"], 0, 1e6, lo_open=True,
                  expected="a positive number of GB below 1e6")
     choice("unit", values["unit"], list(UNITS))
-    for flag in ("sequence_parallel", "activations", "offload", "compare"):
+    for flag in ("sequence_parallel", "flash_attention", "activations", "offload", "compare"):
         boolean(flag, values[flag])
     return MemoryState(values["model"], n, cfg, values["recipe"], values["zero_stage"],
                        values["dp"], values["tp"], values["pp"], values["micro_batch"],
                        values["seq_len"], values["recompute"],
-                       bool(values["sequence_parallel"]), bool(values["activations"]),
+                       bool(values["sequence_parallel"]),
+                       bool(values["flash_attention"]), bool(values["activations"]),
                        bool(values["offload"]), bool(values["compare"]), float(dev),
                        values["unit"])
 
@@ -109,7 +114,8 @@ def breakdown(st: MemoryState, zero_stage: int) -> dict[str, float]:
         act = activation_memory(st.seq_len, st.micro_batch, st.cfg.hidden, st.cfg.n_heads,
                                 st.cfg.n_layers, st.tp, st.pp, n_micro=st.pp,
                                 sequence_parallel=st.sequence_parallel and st.tp > 1,
-                                recompute=st.recompute).total
+                                recompute=st.recompute,
+                                flash_attention=st.flash_attention).total
     out["activations"] = act
     return out
 
@@ -163,7 +169,9 @@ def summary_html(st: MemoryState) -> str:
             f"activations {p['activations'] / scale:.1f} {u} = <b>{total / scale:.1f} {u}</b> "
             f"per GPU, {verdict} in {st.device_gb:g} GB ({st.device_gb * GB / scale:.1f} {u})."
             f"{extra} Activations: first pipeline stage, 1F1B, {st.pp} micro-batch(es) in "
-            f"flight, micro-batch {st.micro_batch} x {st.seq_len} tokens.")
+            f"flight, micro-batch {st.micro_batch} x {st.seq_len} tokens, "
+            + ("FlashAttention (no s x s scores stored)." if st.flash_attention else
+               "attention that stores its s x s scores (Korthikanti's 5as/h term)."))
 
 
 class MemoryExplorer(Explorer):
@@ -188,6 +196,7 @@ class MemoryExplorer(Explorer):
             "seq_len": int_text("seq len (tokens)", 2048),
             "recompute": dropdown("recompute", list(RECOMPUTE), "none"),
             "sequence_parallel": checkbox("sequence parallel", False),
+            "flash_attention": checkbox("FlashAttention / SDPA", False),
             "activations": checkbox("include activations", True),
             "offload": checkbox("offload optimizer to CPU", False),
             "compare": checkbox("show DDP vs ZeRO-1/2/3", True),
