@@ -239,6 +239,6 @@ register(Exercise(
            "launches at the 2nd gradient (bucket size hard-coded)": wrong_launch_at_two,
            "divides by the world size, not the group's": wrong_divides_by_world_size},
     world_size=4, timeout_s=60.0,
-    hint="bucket.grad_view(param).copy_(param.grad); bucket.num_ready += 1; on the last one: "
-         "bucket.buffer.div_(bucket.world_size) and bucket.work = dist.all_reduce(bucket.buffer, "
-         "group=bucket.group, async_op=True)"))
+    hint="where does this gradient's slot in the flat buffer live (bucket.grad_view)? How do you "
+         "know it is the bucket's LAST gradient, whatever the bucket's size? What turns the sum "
+         "into a mean on the bucket's group, and which argument keeps backward from waiting?"))

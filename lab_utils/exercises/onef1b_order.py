@@ -200,5 +200,6 @@ register(Exercise(
            "p = 4 hard-coded (holds too many at p = 2)": wrong_hardcoded_p},
     world_size=4, timeout_s=90.0,
     signature='fn(stage, p, m) -> list[str], e.g. ["F0", "F1", "B0", "F2", "B1", ...]',
-    hint="stage s runs p - s - 1 forwards (warm-up), then alternates one forward and one "
-         "backward (steady state), then runs the remaining backwards (cool-down)."))
+    hint="how many forwards must stage s run before the first gradient can come back to it, "
+         "and what if there are fewer micro-batches than that? Then what keeps at most that many "
+         "in flight, and what is left at the end?"))

@@ -207,7 +207,7 @@ register(Exercise(
            "all-gathers before the update": wrong_gathers_before_update,
            "divides by the world size, not the group's": wrong_divides_by_world_size},
     world_size=4, timeout_s=60.0,
-    hint="three phases: dist.reduce_scatter_single (mean over ranks) into a (P/K,) tensor, set "
-         "it as shard.grad and call optimizer.step(), then dist.all_gather_single into "
-         "flat_param",
+    hint="three phases: which collective leaves rank r with slice r of the MEAN gradient over "
+         "the group? What must the optimizer see before it steps on `shard`? Which collective "
+         "then gives every rank every updated slice, and on which group?",
 ))
