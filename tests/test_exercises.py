@@ -29,6 +29,17 @@ def test_every_exercise_accepts_reference_and_rejects_wrong_answers():
             assert res.message, f"{name}: {what!r} rejected without an explanation"
 
 
+def test_every_grader_runs_several_configurations_and_rejects_three_wrong_versions():
+    """Issue 16: each grader separates right from accidentally right in >= 2 configurations
+    (a sub-group, another size, m < p, ...), listed in its module, and rejects >= 3 known-wrong
+    versions (the test above runs them)."""
+    for ex in exercises.discover().values():
+        module = sys.modules[ex.check.__module__]
+        configs = [getattr(module, n) for n in ("CONFIGS", "PARTITIONS", "CASES") if hasattr(module, n)]
+        assert configs and len(configs[0]) >= 2, f"{ex.name}: one configuration only"
+        assert len(ex.wrong) >= 3, f"{ex.name}: {len(ex.wrong)} wrong versions, want >= 3"
+
+
 # ------------------------------------------------ the mechanism itself, on a toy exercise
 def _toy_check(ctx, fn):
     x = torch.tensor([1.0, 2.0]) * (ctx.rank + 1)

@@ -75,3 +75,21 @@ def test_table_text_and_html():
     with pytest.raises(ValueError, match="columns"):
         Table([[1, 2]])
     assert "1.5" in str(Table([[1.5, "x"]], columns=["a", "b"]))
+
+
+def test_revealed_guesses_come_back_in_the_review_widget(store, tmp_path):
+    """Issue 16.1: guesses are kept with the flashcard progress and shown again in review."""
+    from lab_utils.cards import review_widget
+
+    p = predict("04.bytes_per_step", "Bytes one rank sends per step, as a multiple of P?",
+                unit="x P")
+    p.reveal(formula=1.5, measured=1.52)
+    p.commit("3")                                     # the reveal fills in (and is stored) now
+    saved = json.loads(store.read_text())["04.bytes_per_step"]
+    assert saved["guess"] == 3 and saved["formula"] == 1.5 and saved["measured"] == 1.52
+    assert saved["verdict"] == "1.97x the answer"     # 3 against the measured 1.52
+    w = review_widget(lab="04", progress=tmp_path / "cards.json")
+    assert "Your predictions in lab 04" in w.predictions.value
+    assert "Bytes one rank sends per step" in w.predictions.value and "1.52" in w.predictions.value
+    w.lab.value = "05"
+    assert w.predictions.value == ""                  # no guess committed in lab 05

@@ -3,7 +3,9 @@
 A thin ipywidgets view over ``ReviewSession``: the front of a card, a "Show answer" button,
 then "I knew it" / "I didn't" (enabled only once the answer is shown), the Leitner box counts
 of the selection, a lab filter and a "due cards only" switch. Its state is plain Python
-(``.session``, ``.front.value``, ...), so tests drive it with ``button.click()``.
+(``.session``, ``.front.value``, ...), so tests drive it with ``button.click()``. Above the
+cards, ``.predictions`` shows the learner's committed predictions of the selected lab again
+(guess, formula, measured, verdict: ``lab_utils.exercises.predict.history_html``).
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ class ReviewWidget(widgets.VBox):
         self.back = widgets.HTML()
         self.status = widgets.HTML()
         self.notice = widgets.HTML()
+        self.predictions = widgets.HTML()  # the learner's own guesses of this lab, again
         self.show_button = widgets.Button(description="Show answer", button_style="info")
         self.knew_button = widgets.Button(description="I knew it", button_style="success")
         self.missed_button = widgets.Button(description="I didn't", button_style="warning")
@@ -62,7 +65,7 @@ class ReviewWidget(widgets.VBox):
         self.lab.observe(lambda _: self._restart(), names="value")
         self.due_only.observe(lambda _: self._restart(), names="value")
         super().__init__([self.header, widgets.HBox([self.lab, self.due_only]), self.counts,
-                          self.notice, self.front, self.back,
+                          self.notice, self.predictions, self.front, self.back,
                           widgets.HBox([self.show_button, self.knew_button, self.missed_button]),
                           self.status])
         self.add_class("lab-cards")
@@ -71,6 +74,9 @@ class ReviewWidget(widgets.VBox):
     def _restart(self) -> None:
         """(Re)build the session for the current filters; answers so far stay recorded."""
         labs = None if self.lab.value == "all" else self.lab.value
+        from lab_utils.exercises.predict import history_html
+
+        self.predictions.value = history_html(labs)
         cards = load_deck(labs=labs, topics=self._topics, deck_dir=self._deck_dir)
         self.session = ReviewSession(cards, self.store, due_only=self.due_only.value,
                                      limit=self._limit)

@@ -8,11 +8,17 @@ post-accumulate-grad hook, during backward, as soon as param.grad is final:
      AVG) and launch ONE async all-reduce of the buffer, keeping the handle in bucket.work.
 BucketDDP.finish_gradient_synchronization then waits on every handle and copies back (unflatten).
 
-The check trains a ToyMLP whose 6 parameters fall into 3 buckets of 2, for two steps, and
-compares every gradient with the single-process gradient of the global batch. A spy around fn
-rejects an all-reduce launched before its bucket was complete (a race: the result may even come
-out right by luck), and the CommLedger requires exactly one all-reduce per bucket, launched during
-backward: 2(N-1)/N x P bytes per rank per step, the same bytes as naive DDP, in 3 messages.
+The check trains a ToyMLP for two steps in two configurations that separate right from
+accidentally right: the whole world of 4 ranks with 3 buckets of 2 parameters each, and two
+data-parallel groups [0, 2] and [1, 3] (not WORLD; each group trains on its own data) whose
+buckets hold 4 and 2 parameters (a hard-coded "launch at the 2nd gradient" or a divide by the
+world's size fails there). It compares every gradient with the single-process gradient of the
+group's global batch. A spy around fn rejects an all-reduce launched before its bucket was
+complete (a race: the result may even come out right by luck) and a hook that WAITS for its
+all-reduce (a blocking call, or .wait() inside the hook: right numbers, but backward no longer
+overlaps the communication, which is the point of bucketing); the CommLedger requires exactly
+one all-reduce per bucket, launched during backward: 2(N-1)/N x P bytes per rank per step, the
+same bytes as naive DDP.
 """
 from __future__ import annotations
 
@@ -25,7 +31,10 @@ from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, regist
 from lab_utils.models import ToyMLP
 from lab_utils.reference import default_loss, forward_backward
 
-CAP_BYTES = 2048  # ToyMLP(16, 32, 16, 3 layers): 3 buckets of (weight, bias), last layer first
+# ToyMLP(16, 32, 16, 3 layers), last layer first: a cap of 2048 B gives 3 buckets of (bias,
+# weight); 6000 B gives (b3, w3, b2, w2) and (b1, w1)
+CONFIGS = (("the whole world, buckets of 2 parameters", ((0, 1, 2, 3),), 2048),
+           ("groups [0, 2] and [1, 3], buckets of 4 and 2 parameters", ((0, 2), (1, 3)), 6000))
 STEPS, GLOBAL_BATCH = 2, 8
 
 
@@ -36,27 +45,71 @@ def _all_ranks_agree(ctx, problem: str | None) -> bool:
     return failed.item() == 0
 
 
-def check(ctx, fn) -> Verdict:
+class _WaitSpy:
+    """While the learner's hook runs: dist.all_reduce records blocking calls, and the Work it
+    returns records a .wait() (both mean the hook waits for its own communication)."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def __enter__(self) -> "_WaitSpy":
+        self.real = dist.all_reduce
+        spy = self
+
+        class _Work:
+            def __init__(self, work):
+                self._work = work
+
+            def wait(self, *a, **k):
+                spy.waited = True
+                return self._work.wait(*a, **k)
+
+            def __getattr__(self, name):
+                return getattr(self._work, name)
+
+        def all_reduce(tensor, *args, **kwargs):
+            async_op = kwargs.get("async_op", args[2] if len(args) > 2 else False)
+            if not async_op:
+                spy.waited = True
+            work = self.real(tensor, *args, **kwargs)
+            return _Work(work) if work is not None else None
+
+        dist.all_reduce = all_reduce
+        return self
+
+    def __exit__(self, *exc) -> None:
+        dist.all_reduce = self.real
+
+
+def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[str | None, str]:
+    """One configuration on this rank's group: a problem (or None), and the summary."""
     from lab_utils.measure import CommLedger
 
-    n = ctx.world_size
     calls: dict[int, int] = {}  # id(bucket) -> gradients handed to fn in this backward
     early: list[str] = []
 
     def spy(bucket: Bucket, param) -> None:
         was_launched = bucket.work is not None
         calls[id(bucket)] = calls.get(id(bucket), 0) + 1
-        fn(bucket, param)
+        with _WaitSpy() as waits:
+            fn(bucket, param)
         if bucket.work is not None and not was_launched and calls[id(bucket)] < len(bucket.params):
             early.append(f"a bucket's all-reduce was launched after {calls[id(bucket)]} of its "
                          f"{len(bucket.params)} gradients: the missing slots are still being "
                          "written while the all-reduce reads the buffer (launch on the LAST one)")
+        if waits.waited:
+            early.append("the hook WAITED for its all-reduce (a blocking call, or .wait() inside "
+                         "the hook): the numbers come out right, but backward stops until the "
+                         "bucket is reduced, so nothing overlaps. Launch with async_op=True, keep "
+                         "the handle in bucket.work, and let finish_gradient_synchronization wait")
 
     model = ToyMLP(seed=0)
     ref_model = ToyMLP(seed=0)  # the single-process reference, trained by hand with plain SGD
-    ddp = BucketDDP(model, bucket_cap_bytes=CAP_BYTES, grad_ready_fn=spy)
+    ddp = BucketDDP(model, bucket_cap_bytes=cap, group=group, grad_ready_fn=spy)
     n_buckets = len(ddp.buckets)
-    batches = regression_batches(STEPS, GLOBAL_BATCH, seed=3)
+    sizes = [len(b.params) for b in ddp.buckets]
+    batches = regression_batches(STEPS, GLOBAL_BATCH, seed=seed)
+    problem = None
     for step, batch in enumerate(batches):
         calls.clear()
         model.zero_grad(set_to_none=True)
@@ -64,38 +117,56 @@ def check(ctx, fn) -> Verdict:
         forward_backward(ref_model, batch)
         with CommLedger() as ledger:
             with ledger.phase("backward"):
-                x, y = shard_for_rank(batch, ctx.rank, n)
+                x, y = shard_for_rank(batch, rank, n)
                 default_loss(ddp(x), y).backward()
             try:
                 with ledger.phase("finish"):
                     ddp.finish_gradient_synchronization()
-                problem = None
             except RuntimeError as exc:  # a bucket never launched: say which
-                problem = f"step {step}: {exc}"
+                problem = problem or f"step {step}: {exc}"
         problem = early[0] if early else problem
         want = dict(ref_model.named_parameters())
         for name, p in model.named_parameters():
             if problem is None:
                 problem = compare_tensors(p.grad, want[name].grad, what=f"gradient of {name}")
                 problem = problem and f"step {step}: {problem}"
-        if not _all_ranks_agree(ctx, problem):
-            return Verdict.fail(problem or "this rank is right, another rank is not")
+        if not _all_ranks_agree(ctx, problem):  # over the WORLD: every rank stops together
+            return problem, ""
         launched = ledger.count("all_reduce", phase="backward")
         if launched != n_buckets or ledger.count("all_reduce", phase="finish"):
-            return Verdict.fail(
-                f"the gradients are right, but {launched} all-reduce(s) ran during backward and "
-                f"{ledger.count('all_reduce', phase='finish')} after it; bucketing means ONE "
-                f"async all-reduce per bucket ({n_buckets} here), launched inside the hook")
+            return (f"the gradients are right, but {launched} all-reduce(s) ran during backward "
+                    f"and {ledger.count('all_reduce', phase='finish')} after it; bucketing means "
+                    f"ONE async all-reduce per bucket ({n_buckets} here), launched inside the "
+                    "hook"), ""
         with torch.no_grad():  # plain SGD on both, so step 2 starts from updated weights
             for p, q in zip(model.parameters(), ref_model.parameters()):
                 p -= 0.1 * p.grad
                 q -= 0.1 * q.grad
     sent = ledger.bytes_sent("all_reduce", phase="backward")
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
-    return Verdict.ok(f"{STEPS} steps match the single-process gradients on all {n} ranks; "
-                      f"{n_buckets} all-reduces per step launched during backward, {sent:.0f} B "
-                      f"sent per rank = 2(N-1)/N x {grad_bytes} B of gradients",
-                      bytes_sent=sent, grad_bytes=grad_bytes)
+    return None, (f"{n} ranks, buckets of {sizes} parameters: {n_buckets} all-reduces per step "
+                  f"launched during backward, {sent:.0f} B sent per rank = 2(N-1)/N x "
+                  f"{grad_bytes} B of gradients")
+
+
+def check(ctx, fn) -> Verdict:
+    me, done = ctx.rank, []
+    for k, (name, partition, cap) in enumerate(CONFIGS):
+        groups = [(ranks, dist.new_group(list(ranks))) for ranks in partition]  # every rank
+        ranks, group = next((r, g) for r, g in groups if me in r)
+        group = ctx.group if len(partition) == 1 else group
+        seed = 3 + 10 * partition.index(ranks)  # each group trains on its own data
+        problem, summary = _in_group(ctx, fn, group, len(ranks), ranks.index(me), seed, cap)
+        if not _all_ranks_agree(ctx, problem) and problem is None:  # every rank calls it
+            problem = "this rank is right, another rank is not"
+        if problem:
+            note = ("" if k == 0 else " (the whole world passed: on a sub-group use "
+                    "bucket.group and bucket.world_size, and launch on the bucket's LAST "
+                    "gradient, len(bucket.params), whatever the bucket size)")
+            return Verdict.fail(f"{name}: {problem}{note}")
+        done.append(summary)
+    return Verdict.ok(f"{STEPS} steps match the single-process gradients in both "
+                      "configurations; " + "; ".join(done))
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
@@ -130,6 +201,31 @@ def wrong_one_all_reduce_per_grad(bucket, param):
         bucket.work = dist.barrier(group=bucket.group, async_op=True)
 
 
+def wrong_waits_in_hook(bucket, param):
+    bucket.grad_view(param).copy_(param.grad)
+    bucket.num_ready += 1
+    if bucket.num_ready == len(bucket.params):
+        bucket.buffer.div_(bucket.world_size)
+        bucket.work = dist.all_reduce(bucket.buffer, group=bucket.group, async_op=True)
+        bucket.work.wait()  # "to be safe": backward now stops here until the bucket is reduced
+
+
+def wrong_launch_at_two(bucket, param):
+    bucket.grad_view(param).copy_(param.grad)
+    bucket.num_ready += 1
+    if bucket.num_ready == 2:  # the diagram's (weight, bias) buckets, hard-coded
+        bucket.buffer.div_(bucket.world_size)
+        bucket.work = dist.all_reduce(bucket.buffer, group=bucket.group, async_op=True)
+
+
+def wrong_divides_by_world_size(bucket, param):
+    bucket.grad_view(param).copy_(param.grad)
+    bucket.num_ready += 1
+    if bucket.num_ready == len(bucket.params):
+        bucket.buffer.div_(dist.get_world_size())  # the WORLD's size, not the bucket's group's
+        bucket.work = dist.all_reduce(bucket.buffer, group=bucket.group, async_op=True)
+
+
 register(Exercise(
     name="ddp_bucket_hook", lab="04_data_parallel",
     summary="the gradient-ready hook of bucketed DDP: flatten into the bucket, launch when full",
@@ -138,8 +234,11 @@ register(Exercise(
     wrong={"forgets to divide by world size": wrong_no_divide,
            "launches before the bucket is complete": wrong_launch_on_first_grad,
            "all-reduces a copy, not the bucket's buffer": wrong_reduces_a_copy,
-           "one blocking all-reduce per gradient": wrong_one_all_reduce_per_grad},
-    world_size=2, timeout_s=60.0,
-    hint="bucket.grad_view(param).copy_(param.grad); bucket.num_ready += 1; on the last one: "
-         "bucket.buffer.div_(bucket.world_size) and bucket.work = dist.all_reduce(bucket.buffer, "
-         "group=bucket.group, async_op=True)"))
+           "one blocking all-reduce per gradient": wrong_one_all_reduce_per_grad,
+           "waits for its all-reduce inside the hook (no overlap)": wrong_waits_in_hook,
+           "launches at the 2nd gradient (bucket size hard-coded)": wrong_launch_at_two,
+           "divides by the world size, not the group's": wrong_divides_by_world_size},
+    world_size=4, timeout_s=60.0,
+    hint="where does this gradient's slot in the flat buffer live (bucket.grad_view)? How do you "
+         "know it is the bucket's LAST gradient, whatever the bucket's size? What turns the sum "
+         "into a mean on the bucket's group, and which argument keeps backward from waiting?"))

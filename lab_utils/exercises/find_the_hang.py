@@ -10,7 +10,10 @@ expect_hang runs a drill that must hang and returns the launcher's RankTimeout.
 The exercise: train data-parallel on per-rank batch lists of DIFFERENT lengths without hanging:
 every rank must run the same number of steps, the smallest count (the surplus is dropped, as
 DistributedSampler(drop_last=True) would for a map-style dataset; a DataLoader's drop_last does not
-equalise counts across ranks), each step averaging gradients over all ranks.
+equalise counts across ranks), each step averaging gradients over all ranks of the group. Checked
+on the whole world (batches per rank 4, 3, 5, 3: rank 0 does not hold the smallest count) and on
+two data-parallel groups [0, 2] and [1, 3] at once (4, 5 and 3, 6: the groups' minimums differ
+from the world's, so an agreement on the default group runs the wrong number of steps).
 """
 from __future__ import annotations
 
@@ -116,27 +119,73 @@ def wrong_summed_grads(model, batches, group) -> int:
     return int(n)
 
 
-COUNTS = (4, 3, 5, 3)  # batches per rank: rank 0 does NOT hold the smallest count
+def wrong_max_steps_wrapping(model, batches, group) -> int:
+    """Agrees on the LARGEST count and reuses batches on the ranks that run out: no hang, but
+    those ranks train on some samples twice (and every rank takes more steps than it should)."""
+    n = torch.tensor([len(batches)])
+    dist.all_reduce(n, op=dist.ReduceOp.MAX, group=group)
+    for i in range(int(n)):
+        dp_step(model, *batches[i % len(batches)], group)
+    return int(n)
+
+
+def wrong_count_on_default_group(model, batches, group) -> int:
+    """Agrees on the count over the default group (every rank of the job), not over `group`."""
+    n = torch.tensor([len(batches)])
+    dist.all_reduce(n, op=dist.ReduceOp.MIN)
+    for x, y in batches[:int(n)]:
+        dp_step(model, x, y, group)
+    return int(n)
+
+
+# batches per GLOBAL rank, and the data-parallel groups, for each configuration
+CONFIGS = (("the whole world", (4, 3, 5, 3), ((0, 1, 2, 3),)),  # rank 0 does NOT hold the min
+           ("groups [0, 2] and [1, 3]", (4, 3, 5, 6), ((0, 2), (1, 3))))
+
+
+def _in_group(ctx, fn, group, ranks: tuple[int, ...], counts: tuple[int, ...]) -> str | None:
+    me = ctx.rank
+    batches = regression_batches(counts[me], 4, seed=20 + me)
+    mine, ref = ToyMLP(seed=0), ToyMLP(seed=0)
+    steps = fn(mine, [(x.clone(), y.clone()) for x, y in batches], group)
+    ref_steps = train_even_steps(ref, batches, group)
+    sums = torch.zeros(len(ranks), dtype=torch.int64)
+    dist.all_gather_into_tensor(sums, torch.tensor([param_checksum(mine)]), group=group)
+    mine_counts = tuple(counts[r] for r in ranks)
+    if steps != ref_steps:
+        why = ""
+        if steps == min(counts) and len(ranks) < len(counts):
+            why = (f" -- {steps} is the minimum over the WHOLE world {counts}: the count was "
+                   "agreed on the default group; pass group=group")
+        elif steps == max(mine_counts):
+            why = (" -- that is the LARGEST count: the ranks with fewer batches would have to "
+                   "invent steps (reusing batches trains on some samples twice)")
+        return (f"returned {steps} steps with {counts[me]} local batches; every rank of group "
+                f"{list(ranks)} should run min{mine_counts} = {ref_steps}{why}")
+    if len(set(sums.tolist())) > 1:
+        return ("the replicas' weights differ after training: some update was not averaged over "
+                "all ranks of the group (a step taken alone?)")
+    flat = lambda m: torch.cat([p.detach().flatten() for p in m.parameters()])  # noqa: E731
+    problem = compare_tensors(flat(mine), flat(ref), what="trained weights")
+    return problem and (f"the step count is right and the replicas agree, but {problem}: each "
+                        "step must AVERAGE the gradients over the group (a sum makes every "
+                        "update group-size times too big); dp_step does that for you")
 
 
 def check(ctx, fn) -> Verdict:
-    counts = [COUNTS[r % len(COUNTS)] for r in range(ctx.world_size)]
-    batches = regression_batches(counts[ctx.rank], 4, seed=20 + ctx.rank)
-    mine, ref = ToyMLP(seed=0), ToyMLP(seed=0)
-    steps = fn(mine, [(x.clone(), y.clone()) for x, y in batches], ctx.group)
-    ref_steps = train_even_steps(ref, batches, ctx.group)
-    sums = torch.zeros(ctx.world_size, dtype=torch.int64)
-    dist.all_gather_into_tensor(sums, torch.tensor([param_checksum(mine)]), group=ctx.group)
-    if steps != ref_steps:
-        return Verdict.fail(f"returned {steps} steps with {counts[ctx.rank]} local batches; every "
-                            f"rank should run min{tuple(counts)} = {ref_steps}")
-    if len(set(sums.tolist())) > 1:
-        return Verdict.fail("the replicas' weights differ after training: some update was not "
-                            "averaged over all ranks (a step taken alone?)")
-    flat = lambda m: torch.cat([p.detach().flatten() for p in m.parameters()])  # noqa: E731
-    problem = compare_tensors(flat(mine), flat(ref), what="trained weights")
-    return Verdict.fail(problem) if problem else Verdict.ok(
-        f"every rank ran {steps} steps (batches per rank {tuple(counts)}) and the replicas agree")
+    for name, counts, partition in CONFIGS:
+        groups = [(ranks, dist.new_group(list(ranks))) for ranks in partition]  # every rank
+        ranks, group = next((r, g) for r, g in groups if ctx.rank in r)
+        group = ctx.group if len(partition) == 1 else group
+        problem = _in_group(ctx, fn, group, ranks, counts)
+        problems: list = [None] * ctx.world_size
+        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns it
+        failing = [r for r, p in enumerate(problems) if p]
+        if failing:
+            return Verdict.fail(f"{name}, rank {failing[0]}: {problems[failing[0]]}")
+    return Verdict.ok("every rank ran its group's minimum number of steps (batches per rank "
+                      + " and ".join(str(c) for _, c, _ in CONFIGS)
+                      + ", on the whole world and on groups [0, 2] / [1, 3]) and the replicas agree")
 
 
 register(Exercise(
@@ -145,7 +194,9 @@ register(Exercise(
     signature="fn(model, batches: list[(x, y)], group) -> int (steps taken)",
     check=check, reference=train_even_steps,
     wrong={"surplus batches stepped locally": wrong_local_surplus,
-           "gradients summed, not averaged": wrong_summed_grads},
+           "gradients summed, not averaged": wrong_summed_grads,
+           "largest count, batches reused": wrong_max_steps_wrapping,
+           "step count agreed on the default group": wrong_count_on_default_group},
     world_size=4, timeout_s=30.0,
     hint="agree on the number of steps with one collective BEFORE the loop; every rank must "
          "call the same all-reduces, and lab_utils.experiments.lab11.dp_step averages them for you",

@@ -189,8 +189,11 @@ def _likely_cause(exc: Exception) -> str:
             "reduce-scatters, accumulates and frees")
 
 
+CONFIGS = (("world of 4, fp32", _config_a), ("groups of 2, bf16/fp32", _config_b))
+
+
 def check(ctx, hooks) -> Verdict:
-    for name, config in (("world of 4, fp32", _config_a), ("groups of 2, bf16/fp32", _config_b)):
+    for name, config in CONFIGS:
         try:
             problem = config(ctx, hooks)
         except NotImplementedError:

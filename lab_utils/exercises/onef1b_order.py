@@ -1,17 +1,22 @@
 """Exercise (lab 07): the order of operations of 1F1B on one pipeline stage.
 
 The learner writes ``fn(stage, p, m) -> ["F0", "F1", "B0", "F2", "B1", ...]``. The check cuts
-the tiny GPT into p = 4 stages (one per rank) and lets those orders DRIVE a real pipeline
-(``lab_utils.parallel.pipeline_parallel.schedules.from_order``: send/recv between neighbours, simulated compute t_f = 10 ms,
-t_b = 20 ms). Then, in this order, it asks:
+the tiny GPT into p stages (one per rank) and lets those orders DRIVE real pipelines
+(``lab_utils.experiments.lab07.pipeline_step``: send/recv between neighbours, simulated compute
+t_f = 10 ms, t_b = 20 ms) in three configurations that separate a right order from an
+accidentally right one: p = 4 stages with m = 8 (steady state), two side-by-side pipelines of
+p = 2 with m = 5 (pp groups {0, 2} and {1, 3}: a hard-coded p fails), and p = 4 with m = 2
+(fewer micro-batches than stages: a warm-up without min(p - s - 1, m) fails). For each, in
+this order:
   1. is each list a schedule at all (every F_i and B_i once, B_i after F_i)?
   2. did the run finish? A wrong order deadlocks: each stage reports what it waited for;
   3. are the gradients those of the single-process reference?
-  4. does stage s hold at most p - s micro-batches of activations (1F1B's promise)?
-  5. does the order idle more than 1F1B? (its ideal timeline vs (p-1)/(m+p-1); the measured
-     bubble is reported next to it, but machine noise does not decide the verdict)
-Communication per check: 2 (p-1) m p2p messages of (b, T, C) fp32, plus one all_gather_object of
-each rank's summary (events, peak count, gradient verdict) so that every rank judges alike.
+  4. does stage s hold at most min(p - s, m) micro-batches of activations (1F1B's promise)?
+  5. does the order idle more than 1F1B? (its ideal timeline vs the reference order's; the
+     measured bubble is reported next to it, but machine noise does not decide the verdict)
+Communication per configuration: 2 (p-1) m p2p messages of (b, T, C) fp32 per pipeline, plus
+one all_gather_object of each rank's summary (events, peak count, gradient verdict) so that
+every rank judges alike.
 """
 from __future__ import annotations
 
@@ -21,10 +26,10 @@ import torch.distributed as dist
 
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
-from lab_utils.parallel.pipeline_parallel.schedules import PipelineStuck, SimCompute, pipeline_step, reference_grads
 from lab_utils.parallel.pipeline_parallel.torch_schedules import replay
 
-M, T_F, STUCK_AFTER_S = 8, 0.01, 3.0
+CONFIGS = ((4, 8), (2, 5), (4, 2))  # (stages p, micro-batches m); p = 2 runs as 2 pipelines
+T_F, STUCK_AFTER_S = 0.01, 3.0
 
 
 def reference(stage: int, p: int, m: int) -> list[str]:
@@ -65,6 +70,21 @@ def wrong_extra_warmup(stage: int, p: int, m: int) -> list[str]:
     return order + [f"B{j}" for j in range(m - warmup, m)]
 
 
+def wrong_no_min(stage: int, p: int, m: int) -> list[str]:
+    """Warm-up of p - s - 1 forwards without min(., m): right while m >= p - 1, asks for
+    micro-batches that do not exist when m is smaller."""
+    warmup = p - stage - 1
+    order = [f"F{i}" for i in range(warmup)]
+    for j in range(m - warmup):
+        order += [f"F{warmup + j}", f"B{j}"]
+    return order + [f"B{j}" for j in range(max(m - warmup, 0), m)]
+
+
+def wrong_hardcoded_p(stage: int, p: int, m: int) -> list[str]:
+    """The diagram's p = 4 hard-coded: right at p = 4, too many in flight at p = 2."""
+    return reference(min(stage, 3), 4, m)
+
+
 def _validate(orders: list[Any], p: int, m: int) -> str | None:
     """Why the orders are not schedules at all, or None."""
     for s, order in enumerate(orders):
@@ -73,75 +93,87 @@ def _validate(orders: list[Any], p: int, m: int) -> str | None:
         seen: set[str] = set()
         for k, op in enumerate(order):
             if len(op) < 2 or op[0] not in "FB" or not op[1:].isdigit() or int(op[1:]) >= m:
-                return (f"stage {s}, position {k}: {op!r} is not 'F<i>' or 'B<i>' with "
-                        f"0 <= i < m = {m}")
+                return (f"p={p}, m={m}, stage {s}, position {k}: {op!r} is not 'F<i>' or "
+                        f"'B<i>' with 0 <= i < m = {m} (m can be smaller than p: the warm-up "
+                        "is min(p - s - 1, m) forwards)")
             if op in seen:
-                return f"stage {s}: {op} appears twice (each micro-batch goes F once, B once)"
+                return f"p={p}, m={m}, stage {s}: {op} appears twice (each micro-batch goes F once, B once)"
             if op[0] == "B" and f"F{op[1:]}" not in seen:
-                return f"stage {s}: {op} comes before F{op[1:]} (a backward needs its forward)"
+                return f"p={p}, m={m}, stage {s}: {op} comes before F{op[1:]} (a backward needs its forward)"
             seen.add(op)
         missing = [f"{k}{i}" for k in "FB" for i in range(m) if f"{k}{i}" not in seen]
         if missing:
-            return (f"stage {s}: missing {', '.join(missing)} (every micro-batch needs a forward "
+            return (f"p={p}, m={m}, stage {s}: missing {', '.join(missing)} (every micro-batch needs a forward "
                     "and a backward on every stage; the cool-down drains the last backwards)")
     return None
 
 
 def check(ctx: Any, fn: Callable) -> Verdict:
-    p, m = ctx.world_size, M
-    orders = [fn(s, p, m) for s in range(p)]  # every rank evaluates all: same verdict everywhere
-    problem = _validate(orders, p, m)
-    if problem:
-        return Verdict.fail(problem)
-    orders = [list(o) for o in orders]
-    mine: dict[str, Any] = {"stuck": None}
-    try:
-        res = pipeline_step(ctx, order=lambda s, p_, m_: orders[s], m=m,
-                            sim=SimCompute(T_F), warmup_step=True,
-                            deadlock_after_s=STUCK_AFTER_S)
-        _, ref = reference_grads(m)
-        wrong = (compare_tensors(g, ref[n], what=f"gradient of {n}")
-                 for n, g in res["grads"].items())
-        mine.update(peak=res["peak_in_flight"], events=res["events"],
-                    grad=next((w for w in wrong if w), None))
-    except PipelineStuck as exc:
-        mine["stuck"] = str(exc)
-    everyone: list[Any] = [None] * p
-    dist.all_gather_object(everyone, mine, group=ctx.group)
-    return _verdict(everyone, orders, p, m)
+    from lab_utils.experiments.lab07 import SimCompute, pipeline_step, reference_grads
+    from lab_utils.parallel.pipeline_parallel.stage import PipelineStuck
+
+    results = []
+    for p, m in CONFIGS:
+        orders = [fn(s, p, m) for s in range(p)]  # every rank evaluates all: same verdict
+        problem = _validate(orders, p, m)
+        if problem:
+            return Verdict.fail(problem)
+        orders = [list(o) for o in orders]
+        mine: dict[str, Any] = {"stuck": None}
+        try:
+            res = pipeline_step(ctx, order=lambda s, p_, m_: orders[s], m=m, pp=p,
+                                sim=SimCompute(T_F), warmup_step=True,
+                                deadlock_after_s=STUCK_AFTER_S)
+            _, ref = reference_grads(m)
+            wrong = (compare_tensors(g, ref[n], what=f"gradient of {n}")
+                     for n, g in res.grads.items())
+            mine.update(peak=res.peak_in_flight, events=res.events,
+                        grad=next((w for w in wrong if w), None))
+        except PipelineStuck as exc:
+            mine["stuck"] = str(exc)
+        everyone: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(everyone, mine, group=ctx.group)
+        verdict = _verdict(everyone[:p] if p == ctx.world_size else everyone[::2], orders, p, m)
+        if not verdict.passed:
+            return verdict
+        results.append(verdict.message)
+    return Verdict.ok("1F1B on real ranks:\n  " + "\n  ".join(results))
 
 
 def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verdict:
+    """``ranks``: the summaries of ONE pipeline's stages, stage order."""
+    where = f"p={p}, m={m}"
     stuck = [r["stuck"] for r in ranks if r["stuck"]]
     if stuck:
         return Verdict.fail(
-            f"DEADLOCK on real ranks (no message for {STUCK_AFTER_S:g} s):\n  "
+            f"{where}: DEADLOCK on real ranks (no message for {STUCK_AFTER_S:g} s):\n  "
             + "\n  ".join(stuck) + "\nEach waiting stage needs a message its neighbour only "
             "sends AFTER its own wait is over: a cycle. A stage must run enough forwards "
             "(warm-up) before its first backward.", deadlock=True)
     grads = [(s, r["grad"]) for s, r in enumerate(ranks) if r["grad"]]
     if grads:
-        return Verdict.fail(f"stage {grads[0][0]}: {grads[0][1]}")
+        return Verdict.fail(f"{where}, stage {grads[0][0]}: {grads[0][1]}")
     peaks = [r["peak"] for r in ranks]
-    over = [s for s in range(p) if peaks[s] > p - s]
+    over = [s for s in range(p) if peaks[s] > min(p - s, m)]
     if over:
         s = over[0]
         return Verdict.fail(
-            f"gradients are right, but stage {s} held the activations of {peaks[s]} micro-"
-            f"batches at once (per stage: {peaks}); 1F1B holds at most p - s = {p - s} on stage "
-            f"s (GPipe holds all m = {m}). The bubble is the same either way: 1F1B's gain is "
+            f"{where}: gradients are right, but stage {s} held the activations of {peaks[s]} "
+            f"micro-batches at once (per stage: {peaks}); 1F1B holds at most min(p - s, m) = "
+            f"{min(p - s, m)} on stage s (GPipe holds all m = {m}). The bubble is the same either way: 1F1B's gain is "
             "MEMORY, from starting each backward as early as possible.", peaks=peaks)
     measured = bubble_from_timeline([e for r in ranks for e in r["events"]]).mean
     ideal, yours = (p - 1) / (m + p - 1), _ideal_bubble(orders, p)
-    if yours > ideal + 1e-9:
+    best = _ideal_bubble([reference(s, p, m) for s in range(p)], p)
+    if yours > best + 1e-9:
         return Verdict.fail(
-            f"gradients right and memory within p - s {peaks}, but your order idles more: on "
+            f"{where}: gradients right and memory within p - s {peaks}, but your order idles more: on "
             f"an ideal timeline (t_b = 2 t_f, free communication) the ranks idle {yours:.0%} of "
             f"the step, 1F1B (p-1)/(m+p-1) = {ideal:.0%}; measured on the ranks: {measured:.0%}."
             " Some stage waits for a gradient when it could be running forwards: check the "
             "warm-up count.", bubble=measured, peaks=peaks)
     same = orders == [reference(s, p, m) for s in range(p)]
-    return Verdict.ok(f"1F1B: gradients match the reference, peak in-flight {peaks} (<= p - s), "
+    return Verdict.ok(f"{where}: gradients match the reference, peak in-flight {peaks} (<= min(p - s, m)), "
                       f"bubble {measured:.0%} measured vs (p-1)/(m+p-1) = {ideal:.0%}"
                       + ("" if same else " (your order differs from the textbook one)"),
                       bubble=measured, peaks=peaks)
@@ -163,8 +195,11 @@ register(Exercise(
     wrong={"GPipe order (holds m micro-batches)": wrong_gpipe,
            "warm-up of `stage` forwards (deadlocks)": wrong_warmup_by_stage,
            "no warm-up (no pipelining)": wrong_no_warmup,
-           "one warm-up forward too many (holds p - s + 1)": wrong_extra_warmup},
-    world_size=4, timeout_s=60.0,
+           "one warm-up forward too many (holds p - s + 1)": wrong_extra_warmup,
+           "warm-up without min(., m) (m < p)": wrong_no_min,
+           "p = 4 hard-coded (holds too many at p = 2)": wrong_hardcoded_p},
+    world_size=4, timeout_s=90.0,
     signature='fn(stage, p, m) -> list[str], e.g. ["F0", "F1", "B0", "F2", "B1", ...]',
-    hint="stage s runs p - s - 1 forwards (warm-up), then alternates one forward and one "
-         "backward (steady state), then runs the remaining backwards (cool-down)."))
+    hint="how many forwards must stage s run before the first gradient can come back to it, "
+         "and what if there are fewer micro-batches than that? Then what keeps at most that many "
+         "in flight, and what is left at the end?"))

@@ -19,8 +19,10 @@ Three ways a guess gets committed:
 
 Multiple-choice predictions take ``choices=[...]`` and reveal with ``reveal(answer=...)``.
 Committed guesses (not quick-mode presets) are kept in ``predictions.json`` beside the
-flashcard progress (``~/.distributed_labs/``; ``LAB_PREDICTIONS`` overrides the path), so the
-review at the end of each lab can show the learner their guesses again: ``history(lab)``.
+flashcard progress (``~/.distributed_labs/``; ``LAB_PREDICTIONS`` overrides the path), with the
+formula, measurement and verdict once revealed, so the review at the end of each lab (the
+flashcard widget, ``lab_utils.cards.review_widget``) shows the learner their guesses again:
+``history(lab)``, ``history_html(lab)``.
 """
 from __future__ import annotations
 
@@ -72,6 +74,34 @@ def history(lab: str | None = None) -> list[dict]:
     if lab is not None:
         rows = [r for r in rows if r["key"].split(".", 1)[0] == str(lab).zfill(2)]
     return sorted(rows, key=lambda r: r.get("time", 0))
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-safe copy of a revealed value (numbers as float, anything else as text)."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def history_html(lab: str | None = None) -> str:
+    """The learner's committed predictions of one lab (or all) as an HTML table: question,
+    guess, formula, measured (or the right choice), verdict. Empty string if there are none."""
+    rows = history(lab)
+    if not rows:
+        return ""
+    cols = ("question", "guess", "formula", "measured", "answer", "verdict")
+    head = "".join(f"<th style='padding:2px 8px;text-align:left'>{c}</th>" for c in cols)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(_fmt(r.get(c, '')))}"
+                         + (f" {html.escape(r.get('unit', ''))}" if c == "guess" and r.get("unit")
+                            else "") + "</td>" for c in cols) + "</tr>" for r in rows)
+    where = f"lab {str(lab).zfill(2)}" if lab is not None else "every lab"
+    return (f'<div style="{BOX_STYLE}"><b>Your predictions in {where}</b>, as you committed them '
+            f"(before the run) and as they were revealed<table style='margin-top:4px'>"
+            f"<tr>{head}</tr>{body}</table></div>")
 
 
 def parse_number(text: str) -> float:
@@ -168,19 +198,39 @@ class Prediction:
         def render() -> str:
             if not self.committed:
                 return f'<div style="{BOX_STYLE};color:#57606a"><i>{HIDDEN_NOTE}</i></div>'
-            return self._html(self.comparison(formula, measured, answer), why)
+            rows = self.comparison(formula, measured, answer)
+            self._keep_outcome(rows[0])
+            return self._html(rows, why)
 
         try:
             import ipywidgets as widgets
             from IPython.display import display
         except ImportError:  # plain Python: print what can be shown
-            print(_text(self.comparison(formula, measured, answer), self.unit, why)
-                  if self.committed else HIDDEN_NOTE)
+            if self.committed:
+                rows = self.comparison(formula, measured, answer)
+                self._keep_outcome(rows[0])
+                print(_text(rows, self.unit, why))
+            else:
+                print(HIDDEN_NOTE)
             return None
         out = widgets.HTML(render())
         self._listeners.append(lambda: setattr(out, "value", render()))
         display(out)
         return out
+
+    def _keep_outcome(self, row: dict) -> None:
+        """Store what the reveal showed next to the learner's guess (not for quick-mode presets)."""
+        if self.preset:
+            return
+        store = _load(predictions_path())
+        entry = store.get(self.key)
+        if not isinstance(entry, dict):
+            return
+        outcome = {k: _plain(row[k]) for k in ("formula", "measured", "answer", "verdict")
+                   if k in row}
+        if any(entry.get(k) != v for k, v in outcome.items()):
+            entry.update(outcome)
+            _save(predictions_path(), store)
 
     def _html(self, rows: list[dict], why: str) -> str:
         unit = f" <span style='color:#57606a'>({html.escape(self.unit)})</span>" if self.unit else ""

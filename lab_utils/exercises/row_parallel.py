@@ -9,9 +9,14 @@ y must be differentiable: the gradients reaching x_local, weight_local and bias 
 slices of the unsharded layer's gradients. The sum over ranks is g (Megatron): all-reduce in
 forward, identity in backward (an autograd.Function).
 
-The check runs on 2 ranks with a CommLedger: exactly 1 all-reduce in forward, none in backward.
+The check runs on 4 ranks in three configurations: the whole world (t = 4), two tensor-parallel
+groups [0, 2] and [1, 3] at once (t = 2, not WORLD: an all-reduce on the default group sums the
+partials of both groups), and a group of 3 (C = 8 features cut 3, 3, 2; rank 3 alone, t = 1). A CommLedger requires exactly 1 all-reduce in forward, none in
+backward.
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -50,6 +55,15 @@ def wrong_all_reduce_in_backward(x_local, weight_local, bias, group):
     return _AllReduceBoth.apply(F.linear(x_local, weight_local), group) + bias
 
 
+def wrong_ignores_group(x_local, weight_local, bias, group):
+    return _ReduceFromTP.apply(F.linear(x_local, weight_local), None) + bias  # default group
+
+
+PARTITIONS = (("the whole world (t = 4)", ((0, 1, 2, 3),)),
+              ("groups [0, 2] and [1, 3] (t = 2)", ((0, 2), (1, 3))),
+              ("groups [0, 1, 2] (t = 3, uneven slices) and [3]", ((0, 1, 2), (3,))))
+
+
 def _inputs(t: int, rank: int):
     g = torch.Generator().manual_seed(6)  # the same full tensors on every rank
     x, w = torch.randn(2, 3, 8, generator=g), torch.randn(6, 8, generator=g)  # (B, T, C), (N, C)
@@ -61,7 +75,7 @@ def _inputs(t: int, rank: int):
     return full, local, grad_y
 
 
-def _diagnose_forward(y, expected, local, t) -> str | None:
+def _diagnose_forward(y, expected, local, t, world: int = 0) -> str | None:
     problem = compare_tensors(y, expected, what="output y")
     if problem is None or not isinstance(y, torch.Tensor) or y.shape != expected.shape:
         return problem
@@ -71,13 +85,17 @@ def _diagnose_forward(y, expected, local, t) -> str | None:
             y, F.linear(x_l, w_l), atol=1e-5):
         return ("y is this rank's PARTIAL sum x_i @ W_i^T: the input features are split, so "
                 "every rank holds only part of each output; all-reduce (sum) the partials")
+    if world > t and torch.allclose(y, world / t * (expected - b) + b, atol=1e-4):
+        return (f"y is {world // t} x the sum over this group: the all-reduce ran on the default "
+                f"(whole-world) group of {world} ranks, adding the partials of the other groups; "
+                "pass group=group to the all-reduce")
     if torch.allclose(y - expected, (t - 1) * b, atol=1e-5):
         return (f"y = expected + {t - 1} x bias: the bias was added on every rank BEFORE the "
                 f"all-reduce, so the sum counts it {t} times; add it once, after the reduce")
     return problem
 
 
-def check(ctx, fn) -> Verdict:
+def _in_group(ctx, fn) -> Verdict:
     from lab_utils.measure import CommLedger
 
     t = ctx.world_size
@@ -86,7 +104,7 @@ def check(ctx, fn) -> Verdict:
     with CommLedger() as ledger:
         with ledger.phase("forward"):
             y = fn(*local, ctx.group)
-    problem = _diagnose_forward(y, expected, local, t)
+    problem = _diagnose_forward(y, expected, local, t, ctx.world)
     if problem is None and not y.requires_grad:
         problem = ("y does not require grad: the all-reduce must be part of the autograd graph "
                    "(write g as a torch.autograd.Function)")
@@ -121,6 +139,24 @@ def check(ctx, fn) -> Verdict:
                       "0 backward", forward_all_reduces=n_fwd, backward_collectives=n_bwd)
 
 
+def check(ctx, fn) -> Verdict:
+    me, done = ctx.rank, []
+    for name, partition in PARTITIONS:
+        groups = [(ranks, dist.new_group(list(ranks))) for ranks in partition]  # every rank
+        ranks, group = next((r, g) for r, g in groups if me in r)
+        gctx = SimpleNamespace(rank=ranks.index(me), world_size=len(ranks), world=ctx.world_size,
+                               group=ctx.group if len(partition) == 1 else group)
+        verdict = _in_group(gctx, fn)
+        failed = torch.tensor([float(not verdict.passed)])
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)  # every rank stops together
+        if failed.item():
+            return Verdict.fail(f"{name}: " + (verdict.message if not verdict.passed else
+                                               "this rank is right, another rank is not"))
+        done.append(name)
+    return Verdict.ok(f"{'; '.join(done)}: output and gradients match the unsharded linear; "
+                      "1 all-reduce forward, 0 backward")
+
+
 register(Exercise(
     name="row_parallel", lab="06_tensor_parallel",
     summary="row-parallel linear: sum the partial products with g (all-reduce forward, identity "
@@ -132,5 +168,6 @@ register(Exercise(
     check=check, reference=reference,
     wrong={"forgets the all-reduce": wrong_no_all_reduce,
            "adds the bias on every rank before the all-reduce": wrong_bias_before_reduce,
-           "all-reduces the gradient in backward too": wrong_all_reduce_in_backward},
-    world_size=2, timeout_s=60.0, solution_helpers=(_all_reduce, _ReduceFromTP)))
+           "all-reduces the gradient in backward too": wrong_all_reduce_in_backward,
+           "all-reduces on the default group": wrong_ignores_group},
+    world_size=4, timeout_s=60.0, solution_helpers=(_all_reduce, _ReduceFromTP)))

@@ -7,9 +7,14 @@ The learner writes fn(flat_param, flat_grad, shard, optimizer, group) -> None:
 The check runs one SGD step (a missing average shows up as K x the update: Adam would hide it)
 and two AdamW steps, compares every rank's flat_param with a single-process reference, and
 requires the ZeRO-1 pattern in the CommLedger: 1 reduce-scatter + 1 all-gather, 2(K-1)/K x 4P
-bytes sent per step (an all-reduce gives the right numbers for 1.5x the bytes).
+bytes sent per step (an all-reduce gives the right numbers for 1.5x the bytes). It does so in
+two configurations: the whole world (K = 4), and two data-parallel groups [0, 2] and [1, 3]
+at once (K = 2, not WORLD: a mean that divides by the world's size is half the group's, a
+collective on the default group mixes the two groups' gradients).
 """
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -19,6 +24,7 @@ from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, regist
 from lab_utils.parallel.zero import zero1_step as reference
 
 P_PER_RANK = 6  # P = 6 K elements, divisible by K
+PARTITIONS = (((0, 1, 2, 3),), ((0, 2), (1, 3)))  # groups of global ranks, one config each
 
 
 def _grad(step: int, rank: int, n: int) -> torch.Tensor:
@@ -30,12 +36,13 @@ def _init(n: int) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(7))
 
 
-def _expected(n: int, k: int, opt: str, steps: int, lr: float) -> torch.Tensor:
-    """Single process: the full parameters, the MEAN gradient of the K ranks, a full optimizer."""
+def _expected(n: int, ranks: tuple[int, ...], opt: str, steps: int, lr: float) -> torch.Tensor:
+    """Single process: the full parameters, the MEAN gradient of the group's ranks (global
+    ranks ``ranks``), a full optimizer."""
     p = nn.Parameter(_init(n))
     o = torch.optim.SGD([p], lr=lr) if opt == "sgd" else torch.optim.AdamW([p], lr=lr)
     for t in range(steps):
-        p.grad = torch.stack([_grad(t, r, n) for r in range(k)]).mean(0)
+        p.grad = torch.stack([_grad(t, r, n) for r in ranks]).mean(0)
         o.step()
     return p.detach()
 
@@ -43,7 +50,7 @@ def _expected(n: int, k: int, opt: str, steps: int, lr: float) -> torch.Tensor:
 def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | None:
     """None if right; else what went wrong, shard by shard."""
     k, r, n = ctx.world_size, ctx.rank, P_PER_RANK * ctx.world_size
-    want = _expected(n, k, opt, steps, lr)
+    want = _expected(n, ctx.group_ranks, opt, steps, lr)
     problem = compare_tensors(got, want, what="flat_param", rtol=1e-5, atol=1e-6)
     if problem is None:
         return None
@@ -60,8 +67,17 @@ def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | 
     if opt == "sgd" and torch.allclose(got, start + k * (want - start), rtol=1e-5, atol=1e-6):
         return (f"the update is {k} x too big: the gradients were SUMMED over the {k} ranks, "
                 "not averaged (op=dist.ReduceOp.AVG, or divide by K)")
+    if opt == "sgd" and k != ctx.world and torch.allclose(
+            got, start + k / ctx.world * (want - start), rtol=1e-5, atol=1e-6):
+        return (f"the update is {k}/{ctx.world} of the right one: the sum was divided by "
+                f"{ctx.world}, the size of the WHOLE world, but this group has K = {k} ranks "
+                "(dist.get_world_size(group), or op=dist.ReduceOp.AVG over `group`)")
+    if k != ctx.world and torch.allclose(
+            got, _expected(n, tuple(range(ctx.world)), opt, steps, lr), rtol=1e-5, atol=1e-6):
+        return ("the update used the mean gradient of ALL ranks, not of this group's: a "
+                "collective ran on the default group; pass group=group to every collective")
     local = start.clone()  # the update from this rank's OWN gradient, never reduced
-    local[r * P_PER_RANK:(r + 1) * P_PER_RANK] -= lr * _grad(0, r, n)[r * P_PER_RANK:
+    local[r * P_PER_RANK:(r + 1) * P_PER_RANK] -= lr * _grad(0, ctx.global_rank, n)[r * P_PER_RANK:
                                                                       (r + 1) * P_PER_RANK]
     if opt == "sgd" and k > 1 and torch.allclose(shards(got)[r], shards(local)[r], atol=1e-6):
         return ("slice r moved by THIS rank's gradient only: the gradients were not reduced "
@@ -71,38 +87,61 @@ def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | 
     return problem
 
 
-def check(ctx, fn) -> Verdict:
+def _in_group(ctx, fn) -> tuple[str | None, float]:
+    """One configuration on ctx's group (ctx.rank, world_size: within the group): a problem
+    (str) or None, and the bytes one AdamW run sent. The ranks of the group stop together."""
     from lab_utils.measure import CommLedger
 
     k, r = ctx.world_size, ctx.rank
     n = P_PER_RANK * k
     lo, hi = r * P_PER_RANK, (r + 1) * P_PER_RANK
+    want_bytes = 0.0
     for opt, steps, lr in (("sgd", 1, 0.1), ("adamw", 2, 0.01)):
         flat_param = _init(n)
         shard = nn.Parameter(flat_param[lo:hi].clone())  # (P/K,): this rank's slice
         o = torch.optim.SGD([shard], lr=lr) if opt == "sgd" else torch.optim.AdamW([shard], lr=lr)
         with CommLedger() as ledger:
             for t in range(steps):
-                fn(flat_param, _grad(t, r, n), shard, o, ctx.group)
+                fn(flat_param, _grad(t, ctx.global_rank, n), shard, o, ctx.group)
         problem = _diagnose(flat_param, ctx, opt, steps, lr)
         # Every rank stops together (a rank that went on alone would wait in a collective).
         failed = torch.tensor([float(problem is not None)])
         dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
         if failed.item():
-            return Verdict.fail(f"{opt}, {steps} step(s): "
-                                f"{problem or 'this rank is right, another rank is not'}")
+            return (f"{opt}, {steps} step(s): "
+                    f"{problem or 'this rank is right, another rank is not'}"), 0.0
         want_bytes = steps * 2 * (k - 1) / k * 4 * n
         if k > 1 and (ledger.count("reduce_scatter") != steps or ledger.count("all_gather") !=
                       steps or ledger.count("all_reduce") or ledger.bytes_sent() != want_bytes):
             by_op = {op: row["count"] for op, row in ledger.summary()["by_op"].items()}
-            return Verdict.fail(
-                f"the numbers are right, but the communication is not ZeRO-1's: you called "
-                f"{by_op} and sent {ledger.bytes_sent():.0f} B per rank; one reduce-scatter + "
-                f"one all-gather per step send 2(K-1)/K x 4P = {want_bytes:.0f} B (an all-reduce "
-                "alone already sends that much, before the all-gather)",
-                bytes_sent=ledger.bytes_sent())
-    return Verdict.ok(f"SGD and AdamW match the single-process optimizer on all {k} ranks; "
-                      f"{want_bytes:.0f} B sent per rank in 2 AdamW steps (= 2 x 2(K-1)/K x 4P)")
+            return (f"the numbers are right, but the communication is not ZeRO-1's: you called "
+                    f"{by_op} and sent {ledger.bytes_sent():.0f} B per rank; one reduce-scatter "
+                    f"+ one all-gather per step send 2(K-1)/K x 4P = {want_bytes:.0f} B (an "
+                    "all-reduce alone already sends that much, before the all-gather)"), 0.0
+    return None, want_bytes
+
+
+def check(ctx, fn) -> Verdict:
+    me, world = ctx.rank, ctx.world_size
+    sent = {}
+    for partition in PARTITIONS:
+        groups = [(ranks, dist.new_group(list(ranks))) for ranks in partition]  # every rank
+        ranks, group = next((r, g) for r, g in groups if me in r)
+        gctx = SimpleNamespace(rank=ranks.index(me), world_size=len(ranks), world=world,
+                               group=ctx.group if len(partition) == 1 else group,
+                               global_rank=me, group_ranks=ranks)
+        problem, sent[len(ranks)] = _in_group(gctx, fn)
+        problems: list = [None] * world
+        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns it
+        failing = [r for r, p in enumerate(problems) if p]
+        if failing:
+            where = " and ".join(str(list(g)) for g in partition)
+            return Verdict.fail(f"with group(s) {where}, rank {failing[0]}: "
+                                f"{problems[failing[0]]}")
+    return Verdict.ok(f"SGD and AdamW match the single-process optimizer on the whole world "
+                      f"(K = {world}) and on groups [0, 2] / [1, 3] (K = 2); "
+                      f"{sent[world]:.0f} B sent per rank in 2 AdamW steps at K = {world} "
+                      "(= 2 x 2(K-1)/K x 4P)")
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
@@ -139,6 +178,14 @@ def wrong_all_reduce_then_slice(flat_param, flat_grad, shard, optimizer, group):
     dist.all_gather_single(flat_param, shard.detach(), group=group)
 
 
+def wrong_divides_by_world_size(flat_param, flat_grad, shard, optimizer, group):
+    grad_shard = torch.empty_like(shard)
+    dist.reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.SUM, group=group)
+    shard.grad = grad_shard / dist.get_world_size()  # the WORLD's size, not the group's
+    optimizer.step()
+    dist.all_gather_single(flat_param, shard.detach(), group=group)
+
+
 def wrong_gathers_before_update(flat_param, flat_grad, shard, optimizer, group):
     grad_shard = torch.empty_like(shard)
     dist.reduce_scatter_single(grad_shard, flat_grad, op=dist.ReduceOp.AVG, group=group)
@@ -157,9 +204,10 @@ register(Exercise(
            "skips the all-gather (ranks diverge)": wrong_no_all_gather,
            "updates with the local, unreduced gradient": wrong_local_grad,
            "all-reduce then slice (1.5x the bytes)": wrong_all_reduce_then_slice,
-           "all-gathers before the update": wrong_gathers_before_update},
+           "all-gathers before the update": wrong_gathers_before_update,
+           "divides by the world size, not the group's": wrong_divides_by_world_size},
     world_size=4, timeout_s=60.0,
-    hint="three phases: dist.reduce_scatter_single (mean over ranks) into a (P/K,) tensor, set "
-         "it as shard.grad and call optimizer.step(), then dist.all_gather_single into "
-         "flat_param",
+    hint="three phases: which collective leaves rank r with slice r of the MEAN gradient over "
+         "the group? What must the optimizer see before it steps on `shard`? Which collective "
+         "then gives every rank every updated slice, and on which group?",
 ))
