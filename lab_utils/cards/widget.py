@@ -5,7 +5,7 @@ then "I knew it" / "I didn't" (enabled only once the answer is shown), the Leitn
 of the selection, a lab filter and a "due cards only" switch. Its state is plain Python
 (``.session``, ``.front.value``, ...), so tests drive it with ``button.click()``. Above the
 cards, ``.predictions`` shows the learner's committed predictions of the selected lab again
-(guess, formula, measured, verdict: ``lab_utils.exercises.predict.history_html``).
+(guess, formula, measured, verdict: ``lab_utils.exercises.prediction_store.history_html``).
 """
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class ReviewWidget(widgets.VBox):
     def _restart(self) -> None:
         """(Re)build the session for the current filters; answers so far stay recorded."""
         labs = None if self.lab.value == "all" else self.lab.value
-        from lab_utils.exercises.predict import history_html
+        from lab_utils.exercises.prediction_store import history_html
 
         self.predictions.value = history_html(labs)
         cards = load_deck(labs=labs, topics=self._topics, deck_dir=self._deck_dir)

@@ -17,7 +17,8 @@ from lab_utils.exercises._core import (DISCOVERY_ERRORS, CheckResult, Exercise, 
                                        compare_tensors, discover, get, list_exercises, register,
                                        show_solution)
 from lab_utils.exercises._run import check, check_many
-from lab_utils.exercises.predict import Prediction, history, history_html, predict
+from lab_utils.exercises.predict import Prediction, predict
+from lab_utils.exercises.prediction_store import history, history_html
 
 __all__ = ["Exercise", "Verdict", "CheckResult", "register", "discover", "get", "check",
            "check_many", "show_solution", "list_exercises", "compare_tensors",

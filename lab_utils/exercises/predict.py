@@ -27,81 +27,20 @@ flashcard widget, ``lab_utils.cards.review_widget``) shows the learner their gue
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-ENV_PATH = "LAB_PREDICTIONS"
-DEFAULT_PATH = Path("~/.distributed_labs/predictions.json")
-BOX_STYLE = "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:4px 0"
+from lab_utils.exercises.prediction_store import BOX_STYLE, fmt, load, plain, predictions_path, save
+
 HIDDEN_NOTE = "Commit your prediction above to see the formula and the measurement."
 
 
 def quick_mode() -> bool:
     """True in the course's quick mode (the test suite and CI): presets replace typing."""
     return os.environ.get("LAB_QUICK", "0") == "1"
-
-
-def predictions_path() -> Path:
-    return Path(os.environ.get(ENV_PATH) or DEFAULT_PATH).expanduser()
-
-
-def _load(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (FileNotFoundError, ValueError, OSError):
-        return {}
-
-
-def _save(path: Path, data: dict) -> None:
-    """Atomic write (temporary file + rename): a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".predictions-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def history(lab: str | None = None) -> list[dict]:
-    """The learner's committed predictions (oldest first), of one lab ("05") or all."""
-    rows = [dict(key=k, **v) for k, v in _load(predictions_path()).items()]
-    if lab is not None:
-        rows = [r for r in rows if r["key"].split(".", 1)[0] == str(lab).zfill(2)]
-    return sorted(rows, key=lambda r: r.get("time", 0))
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-safe copy of a revealed value (numbers as float, anything else as text)."""
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return str(v)
-
-
-def history_html(lab: str | None = None) -> str:
-    """The learner's committed predictions of one lab (or all) as an HTML table: question,
-    guess, formula, measured (or the right choice), verdict. Empty string if there are none."""
-    rows = history(lab)
-    if not rows:
-        return ""
-    cols = ("question", "guess", "formula", "measured", "answer", "verdict")
-    head = "".join(f"<th style='padding:2px 8px;text-align:left'>{c}</th>" for c in cols)
-    body = "".join(
-        "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(_fmt(r.get(c, '')))}"
-                         + (f" {html.escape(r.get('unit', ''))}" if c == "guess" and r.get("unit")
-                            else "") + "</td>" for c in cols) + "</tr>" for r in rows)
-    where = f"lab {str(lab).zfill(2)}" if lab is not None else "every lab"
-    return (f'<div style="{BOX_STYLE}"><b>Your predictions in {where}</b>, as you committed them '
-            f"(before the run) and as they were revealed<table style='margin-top:4px'>"
-            f"<tr>{head}</tr>{body}</table></div>")
 
 
 def parse_number(text: str) -> float:
@@ -159,10 +98,10 @@ class Prediction:
                 raise ValueError(f"not a finite number: {value!r}")
         self.value = value
         if not self.preset:
-            store = _load(predictions_path())
+            store = load(predictions_path())
             store[self.key] = {"question": self.question, "unit": self.unit, "guess": value,
                                "time": time.time()}
-            _save(predictions_path(), store)
+            save(predictions_path(), store)
         for listener in list(self._listeners):
             listener()
 
@@ -222,21 +161,21 @@ class Prediction:
         """Store what the reveal showed next to the learner's guess (not for quick-mode presets)."""
         if self.preset:
             return
-        store = _load(predictions_path())
+        store = load(predictions_path())
         entry = store.get(self.key)
         if not isinstance(entry, dict):
             return
-        outcome = {k: _plain(row[k]) for k in ("formula", "measured", "answer", "verdict")
+        outcome = {k: plain(row[k]) for k in ("formula", "measured", "answer", "verdict")
                    if k in row}
         if any(entry.get(k) != v for k, v in outcome.items()):
             entry.update(outcome)
-            _save(predictions_path(), store)
+            save(predictions_path(), store)
 
     def _html(self, rows: list[dict], why: str) -> str:
         unit = f" <span style='color:#57606a'>({html.escape(self.unit)})</span>" if self.unit else ""
         head = "".join(f"<th style='padding:2px 10px;text-align:left'>{html.escape(k)}</th>"
                        for k in rows[0])
-        body = "".join("<tr>" + "".join(f"<td style='padding:2px 10px'>{html.escape(_fmt(v))}</td>"
+        body = "".join("<tr>" + "".join(f"<td style='padding:2px 10px'>{html.escape(fmt(v))}</td>"
                                         for v in r.values()) + "</tr>" for r in rows)
         preset = " <i style='color:#57606a'>(quick mode: a preset guess)</i>" if self.preset else ""
         note = f"<div style='margin-top:4px'>{html.escape(why)}</div>" if why else ""
@@ -244,19 +183,13 @@ class Prediction:
                 f"<table style='margin-top:4px'><tr>{head}</tr>{body}</table>{note}</div>")
 
     def _repr_html_(self) -> str:  # what the predict() cell shows once committed
-        state = (f"committed: <b>{html.escape(_fmt(self.value))}</b> {html.escape(self.unit)}"
+        state = (f"committed: <b>{html.escape(fmt(self.value))}</b> {html.escape(self.unit)}"
                  if self.committed else "not committed yet")
         return f'<div style="{BOX_STYLE}">{html.escape(self.question)}<br>{state}</div>'
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 def _text(rows: list[dict], unit: str, why: str) -> str:
-    lines = [" | ".join(f"{k}: {_fmt(v)}" for k, v in r.items()) for r in rows]
+    lines = [" | ".join(f"{k}: {fmt(v)}" for k, v in r.items()) for r in rows]
     return "\n".join(lines + ([why] if why else [])) + (f"  ({unit})" if unit else "")
 
 
@@ -310,7 +243,7 @@ def _input_widget(p: Prediction, widgets: Any) -> tuple[Any, Any]:
         except ValueError as exc:
             error.value = f"<span style='color:#8a1c1c'>{html.escape(str(exc))}</span>"
             return
-        error.value = f"<span style='color:#1a7f37'>committed: {html.escape(_fmt(p.value))} {html.escape(p.unit)}</span>"
+        error.value = f"<span style='color:#1a7f37'>committed: {html.escape(fmt(p.value))} {html.escape(p.unit)}</span>"
         box.disabled = button.disabled = True
 
     button.on_click(on_commit)

@@ -25,6 +25,14 @@ Training loop (both classes, and the same shape as with torch DDP):
     optimizer.step()
 Gradient accumulation: run the first K-1 micro-batches inside `with ddp.no_sync():` (no
 communication, .grad accumulates locally); the next synchronised backward reduces the sum.
+
+Teardown: these classes (and zero.ZeroOptimizer, fsdp.FSDP) keep ``group=None`` as None and let
+each collective resolve the default group; they never hold the default ProcessGroup object.
+Holding it (``dist.group.WORLD``) kept the group alive after the caller's
+``destroy_process_group()``, so its destructor ran during interpreter shutdown instead, and under a
+plain ``torch.multiprocessing.spawn`` harness (destroy, no barrier) ranks then hung or aborted at
+exit (tests/test_teardown.py; docs/teardown.md has the reproducer and the clean teardown).
+Every async all-reduce is waited for in finish_gradient_synchronization and its handle dropped.
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ class _DataParallelBase(nn.Module):
     def __init__(self, module: nn.Module, group: Any = None, broadcast_buffers: bool = True):
         super().__init__()
         self.module = module
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = group  # None: the default group (module docstring: teardown)
         self.world_size = dist.get_world_size(self.group)
         self.broadcast_buffers = broadcast_buffers
         self.require_grad_sync = True  # False inside no_sync()
@@ -258,7 +266,7 @@ class SyncBatchNorm1d(nn.Module):
     def __init__(self, bn: nn.BatchNorm1d, group: Any = None):
         super().__init__()
         self.bn = bn
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = group  # None: the default group (module docstring)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bn = self.bn

@@ -88,7 +88,7 @@ class FSDP(nn.Module):
         super().__init__()
         check_model(model)
         self.module, self.hooks, self.prefetch, self.sync = model, hooks, prefetch, True
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = group  # None: the default group, never held (data_parallel's docstring)
         self.world, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
         self.units = build_units(model, policy, self.world, self.rank, mp.param_dtype,
                                  mp.reduce_dtype, reshard_after_forward)

@@ -117,7 +117,7 @@ class ZeroOptimizer:
                  lr: float = 1e-2, weight_decay: float = 0.0,
                  units: list[tuple[str, nn.Module]] | None = None) -> None:
         self.model, self.stage = model, check_stage(stage)
-        self.group = group if group is not None else dist.group.WORLD
+        self.group = group  # None: the default group, never held (data_parallel's docstring)
         self.K, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
         self.units, seen = [], set()
         for name, module in units if units is not None else default_units(model):
