@@ -117,6 +117,21 @@ def figure_data(explorer) -> str:
         "gd => JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))")
 
 
+def wait_for_first_draw(page, explorer, css: str) -> str:
+    """Wait until plotly has drawn the figure WITH its data, and return that data.
+
+    The graph div appears before the widget's first data message has been applied (on a busy
+    machine, seconds before), so waiting for the div and then a fixed pause saw "[]" once:
+    wait for the data itself."""
+    explorer.locator(".js-plotly-plot").first.wait_for(timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function(
+        """sel => {
+            const gd = document.querySelector(sel + ' .js-plotly-plot');
+            return gd && (gd.data || []).length > 0 && gd._fullLayout;
+        }""", arg=css, timeout=RENDER_TIMEOUT_MS)
+    return figure_data(explorer)
+
+
 def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int):
     page = browser.new_page()
     page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
@@ -154,10 +169,7 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
     SHOTS.mkdir(parents=True, exist_ok=True)
     try:
         explorer = page.locator(css).first
-        explorer.locator(".js-plotly-plot").first.wait_for(timeout=RENDER_TIMEOUT_MS)
-        page.wait_for_timeout(500)  # let plotly finish its first draw
-        before = figure_data(explorer)
-        assert before != "[]", "the figure rendered without data"
+        before = wait_for_first_draw(page, explorer, css)
         page.screenshot(path=str(SHOTS / f"{name}-before.png"))
         if change == "model":  # a dropdown: pick another model size
             select = explorer.locator(".widget-dropdown:has(label:text-is('model')) select")
@@ -201,9 +213,7 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(jupyter, 
     css = ".bubble-explorer"
     try:
         explorer = page.locator(css).first
-        explorer.locator(".js-plotly-plot").first.wait_for(timeout=RENDER_TIMEOUT_MS)
-        page.wait_for_timeout(500)
-        before = figure_data(explorer)
+        before = wait_for_first_draw(page, explorer, css)
         box = explorer.locator(".widget-text:has(label:text-is('m (micro-batches)')) input")
         box.fill("2.5")
         box.press("Enter")
