@@ -28,10 +28,10 @@ communication, .grad accumulates locally); the next synchronised backward reduce
 
 Teardown: these classes (and zero.ZeroOptimizer, fsdp.FSDP) keep ``group=None`` as None and let
 each collective resolve the default group; they never hold the default ProcessGroup object.
-Holding it (``dist.group.WORLD``) kept the group alive after the caller's
-``destroy_process_group()``, so its destructor ran during interpreter shutdown instead, and under a
-plain ``torch.multiprocessing.spawn`` harness (destroy, no barrier) ranks then hung or aborted at
-exit (tests/test_teardown.py; docs/teardown.md has the reproducer and the clean teardown).
+Holding it (``dist.group.WORLD``) would keep the group alive after the caller's
+``destroy_process_group()``, and its destructor would run during interpreter shutdown instead
+(aborts at exit were reported under a plain ``torch.multiprocessing.spawn`` harness;
+tests/test_teardown.py runs that harness, docs/teardown.md has the clean teardown).
 Every async all-reduce is waited for in finish_gradient_synchronization and its handle dropped.
 """
 from __future__ import annotations
