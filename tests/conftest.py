@@ -24,9 +24,19 @@ from lab_utils import RankFailure, run
 torch.set_num_threads(1)
 
 
+# The longest items (each notebook executed top to bottom) go FIRST, so that pytest-xdist's
+# workers start them while the short tests fill the gaps; collected last, as they were, they
+# formed a long tail on one or two workers at the end of the run.
+_LONG_FIRST = ("test_full_mode_runs[", "test_quick_mode_runs_under_nbval[")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for module in {item.module for item in items if getattr(item, "module", None) is not None}:
         cloudpickle.register_pickle_by_value(module)
+
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, mark in enumerate(_LONG_FIRST) if mark in item.nodeid), len(_LONG_FIRST))
+    items.sort(key=rank)  # stable: every other test keeps its order (module fixtures stay grouped)
 
 
 def run_on_ranks(fn: Callable, world_size: int, *args: Any, **kwargs: Any):
