@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # A test file that starts ranks: lab_utils.run / ranks / check (exercises), mp.spawn, torchrun.
-_LAUNCHES = re.compile(r"\brun\(|\branks\(|\bcheck\(|mp\.spawn|torchrun|torch\.distributed\.run|rank_checks")
+_LAUNCHES = re.compile(r"\brun\(|\branks\(|\bcheck\(|mp\.spawn|get_context\(.spawn.\)|torchrun|torch\.distributed\.run|rank_checks")
 
 
 def test_files() -> tuple[list[str], list[str]]:

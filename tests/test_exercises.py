@@ -1,5 +1,6 @@
 """The exercise mechanism: every registered exercise accepts its reference solution and
 rejects each known-wrong implementation, on real ranks (one launch per world size)."""
+import sys
 
 import torch
 import torch.distributed as dist
