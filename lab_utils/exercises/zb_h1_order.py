@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import torch.distributed as dist
-
 from lab_utils.calc.pipeline import bubble
 from lab_utils.calc.timeline import bubble_from_timeline
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import Exercise, Verdict, register
+from lab_utils.exercises._pipeline_check import check_orders
 
 CONFIGS = ((4, 8), (2, 5), (4, 3))  # (stages p, micro-batches m); p = 2 runs as 2 pipelines
 T_F, STUCK_AFTER_S = 0.01, 3.0
@@ -118,34 +117,7 @@ def _validate(orders: list[Any], p: int, m: int) -> str | None:
 
 
 def check(ctx: Any, fn: Callable) -> Verdict:
-    from lab_utils.experiments.lab07 import SimCompute, pipeline_step, reference_grads
-    from lab_utils.parallel.pipeline_parallel.stage import PipelineStuck
-
-    results = []
-    for p, m in CONFIGS:
-        orders = [fn(s, p, m) for s in range(p)]  # every rank evaluates all: same verdict
-        problem = _validate(orders, p, m)
-        if problem:
-            return Verdict.fail(problem)
-        orders = [list(o) for o in orders]
-        mine: dict[str, Any] = {"stuck": None}
-        try:
-            res = pipeline_step(ctx, order=lambda s, p_, m_: orders[s], m=m, pp=p,
-                                sim=SimCompute(T_F), warmup_step=True,
-                                deadlock_after_s=STUCK_AFTER_S)
-            _, ref = reference_grads(m)
-            wrong = (compare_tensors(g, ref[n], what=f"gradient of {n}")
-                     for n, g in res.grads.items())
-            mine.update(peak=res.peak_in_flight, grad=next((w for w in wrong if w), None))
-        except PipelineStuck as exc:
-            mine["stuck"] = str(exc)
-        everyone: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(everyone, mine, group=ctx.group)
-        verdict = _verdict(everyone[:p] if p == ctx.world_size else everyone[::2], orders, p, m)
-        if not verdict.passed:
-            return verdict
-        results.append(verdict.message)
-    return Verdict.ok("ZB-H1 on real ranks:\n  " + "\n  ".join(results))
+    return check_orders(ctx, fn, CONFIGS, _validate, _verdict, T_F, STUCK_AFTER_S, "ZB-H1")
 
 
 def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verdict:
