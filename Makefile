@@ -23,12 +23,13 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# Everything CI checks, on $(JOBS) pytest-xdist workers: unit + multi-rank tests, and every
+# Everything CI checks, on $(JOBS) pytest-xdist workers (worksteal: an idle worker takes queued
+# tests from a busy one, so no notebook waits behind another at the end): unit + multi-rank tests, and every
 # notebook twice (tests/test_notebooks.py): nbval in QUICK mode, papermill in FULL mode (a
 # learner's Run All).
 JOBS ?= 4
 test: $(STAMP) browser-deps
-	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(JOBS) --dist worksteal tests
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_notebooks.py

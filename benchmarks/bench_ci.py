@@ -46,7 +46,8 @@ def main() -> None:
     venv_s = None if ns.no_venv else time_venv()
     report = ROOT / "build" / "bench_ci.xml"
     report.parent.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(ns.jobs), "tests",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(ns.jobs),
+           "--dist", "worksteal", "tests",
            f"--junitxml={report}"]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
