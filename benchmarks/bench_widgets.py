@@ -5,7 +5,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_widgets.py [--repeats 25]
 For each widget we set ONE control's ``.value`` (what a slider or text box does in the browser;
 the observe callback runs synchronously) to a fresh value, and time until it returns, then check
 that the figure's data really changed. No browser: this is the Python side of an update
-(validate -> calculator -> figure spec -> FigureWidget diff); the browser's redraw comes on top.
+(validate -> calculator -> figure spec -> figure diff -> the JSON the Output widget carries); the browser's redraw comes on top.
 A shared or loaded machine inflates the numbers; compare runs on the same machine.
 
 The browser side, typed for real (tests/test_browser.py, JupyterLab + Chromium), writes the time

@@ -5,7 +5,8 @@
 Runs every multi-rank test file --test-runs times and every notebook --notebook-runs times in quick
 mode (nbval, tests/test_notebooks.py), each pass on --jobs pytest-xdist workers (load on purpose: a race shows up sooner
 under load), then prints one row per test id that ever failed, and a total. A flake found here is
-fixed at its cause, never retried away. Exit status 1 if anything failed.
+fixed at its cause, never retried away. Last, the browser test once with the page's CPU throttled 20x
+(LAB_BROWSER_CPU_THROTTLE, tests/test_browser.py). Exit status 1 if anything failed.
 """
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from collections import defaultdict
 from testsplit import ROOT, read_junit, test_files
 
 
-def one_pass(targets: list[str], jobs: int, report) -> float:
+def one_pass(targets: list[str], jobs: int, report, env_extra: dict[str, str] | None = None) -> float:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(jobs),
            f"--junitxml={report}", *targets]
     start = time.perf_counter()
-    # the spawn-harness teardown test at the issue's 30 runs (the suite runs 6)
-    env = dict(os.environ, LAB_TEARDOWN_RUNS="30")
+    # the spawn-harness teardown test at the issue's 30 runs and 20 cold launches (the suite: 6 each)
+    env = dict(os.environ, LAB_TEARDOWN_RUNS="30", LAB_LAUNCH_RUNS="20", **(env_extra or {}))
     subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
@@ -43,9 +44,11 @@ def main() -> int:
     runs: dict[str, int] = defaultdict(int)
     failures: dict[str, list[str]] = defaultdict(list)
     plan = [("tests", multi)] * ns.test_runs + [("notebooks", notebooks)] * ns.notebook_runs
+    plan.append(("slow-browser", ["tests/test_browser.py"]))  # 20x CPU throttling: see that file
     for i, (kind, targets) in enumerate(plan):
         report = out / f"{kind}_{i}.xml"
-        seconds = one_pass(targets, ns.jobs, report)
+        extra = {"LAB_BROWSER_CPU_THROTTLE": "20"} if kind == "slow-browser" else None
+        seconds = one_pass(targets, ns.jobs, report, extra)
         cases = read_junit(report) if report.exists() else []
         bad = [c for c in cases if c.failed]
         for c in cases:

@@ -203,12 +203,17 @@ def test_interrupt_kills_every_child():
     assert no_workers_left(within_s=5)
 
 
+# `make soak` runs 20 launches (LAB_LAUNCH_RUNS); the suite runs 6 (each cold launch of 2-4
+# gloo ranks costs 5-20 s on a loaded 2-core CI machine).
+LAUNCH_RUNS = int(os.environ.get("LAB_LAUNCH_RUNS", "6"))
+
+
 @pytest.mark.slow
-def test_twenty_launches_twenty_clean_exits():
+def test_cold_launches_all_exit_cleanly():
     """gloo ranks can abort after destroy_process_group; the worker's barrier + gc.collect()
     teardown must make every exit clean (each rank reports after teardown, then leaves)."""
     unclean = []
-    for i in range(20):
+    for i in range(LAUNCH_RUNS):
         results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True, cold=True)
         if not results.clean_exit:
             unclean.append(i)

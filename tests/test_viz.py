@@ -10,7 +10,7 @@ from lab_utils import calc
 from lab_utils.calc import GB, GiB
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
                            PlannerWidget, amdahl_explorer, bubble_explorer, collective_explorer,
-                           memory_explorer, planner_widget, to_figure)
+                           memory_explorer, planner_widget, to_figure, training_cost_explorer)
 
 approx = pytest.approx
 
@@ -44,6 +44,25 @@ def test_every_widget_builds_with_a_findable_title_and_a_valid_figure(factory, t
     assert len(w.figure.data) > 0 and w.figure.layout.width <= 1100
     to_figure(w.spec)  # plotly validates every property of the pure spec
     assert w.summary.value
+
+
+def _tree(widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from _tree(child)
+
+
+@pytest.mark.parametrize("factory", [memory_explorer, bubble_explorer, collective_explorer,
+                                     amdahl_explorer, planner_widget, training_cost_explorer])
+def test_the_figure_travels_as_output_state_never_through_an_anywidget(factory):
+    """The race CI hit: a FigureWidget (an anywidget) whose script loads in over 2 s drops every
+    message, so its plot stays blank. The figure must arrive as the state of a core Output widget."""
+    w = factory()
+    assert not [type(x).__name__ for x in _tree(w) if x.has_trait("_esm")]
+    (out,) = w.view.outputs
+    shown = out["data"]["application/vnd.plotly.v1+json"]
+    assert len(shown["data"]) == len(w.figure.data) > 0
+    assert "text/plain" in out["data"]
 
 
 # --- memory -----------------------------------------------------------------------------

@@ -5,8 +5,8 @@
 
 Searched, in document order: every output of every code cell (stream text, text/plain, text/html,
 text/markdown, tracebacks), then the saved widget state (the FINAL state of every widget: its
-public traits, i.e. the strings a browser renders; private ``_*`` traits such as a plotly or
-anywidget JavaScript bundle are skipped). Markdown cells are searched for answer sentences.
+public traits, i.e. the strings a browser renders; private ``_*`` traits such as a JavaScript
+bundle are skipped). Markdown cells are searched for answer sentences.
 
 Items checked: those whose id tag appears (``[drill:...]``, ...) plus the ``extra_ids`` the
 caller names (every bank item and the notebook's drill deck, so a printed answer is found even

@@ -12,6 +12,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 EXPECTED_TORCH = "2.13.0"
 
@@ -81,12 +82,17 @@ def check_backends() -> Check:
 
 
 def check_widgets() -> Check:
-    missing = [p for p in ("ipywidgets", "jupyterlab_widgets", "plotly", "anywidget") if _version(p) is None]
+    """The kernel's widget packages and plotly's JupyterLab renderer (the explorers draw their
+    figures as plotly's mimetype inside an Output widget)."""
+    missing = [p for p in ("ipywidgets", "jupyterlab_widgets", "plotly") if _version(p) is None]
+    renderer = Path(sys.prefix, "share", "jupyter", "labextensions", "jupyterlab-plotly")
+    if not renderer.is_dir():
+        missing.append(f"plotly's JupyterLab renderer ({renderer})")
     if missing:
         return Check("widgets", "FAIL", f"missing: {', '.join(missing)}",
                      "run `make lab` (installs the pinned requirements into .venv)")
     return Check("widgets", "OK", f"ipywidgets {_version('ipywidgets')}, jupyterlab_widgets "
-                 f"{_version('jupyterlab_widgets')}, plotly {_version('plotly')}, anywidget {_version('anywidget')}")
+                 f"{_version('jupyterlab_widgets')}, plotly {_version('plotly')} (with its JupyterLab renderer)")
 
 
 def check_smoke(world_size: int = 2) -> Check:

@@ -6,22 +6,32 @@ An explorer is an ``ipywidgets.VBox`` (so it displays and nests like any widget)
     controls ipywidgets whose ``.value`` IS the widget's state (the whole contract)
     error    an HTML box: the readable message of the last bad input, empty when all is well
     summary  HTML with the numbers the figure shows, stated in words
-    figure   a plotly ``FigureWidget``, updated in place
+    figure   a plotly ``go.Figure``, updated in place (what tests and code read)
+    view     an ``ipywidgets.Output`` showing that figure through plotly's JupyterLab mime
+             renderer (``application/vnd.plotly.v1+json``), replaced as one synced state
 
 Subclasses provide three PURE functions (no widgets, callable in tests):
 ``validate(values) -> state`` (raises ValueError with a readable message),
 ``figure_spec(state) -> {"data": [trace dicts], "layout": {...}}`` and
 ``summary_html(state) -> str``. A bad input shows its message in ``error`` and leaves the
 figure at its last valid state; it never raises out of a callback.
+
+Why not plotly's ``FigureWidget``: it is an anywidget whose 5 MB JavaScript module must load
+within anywidget's 2-second initialisation window; on a slow or busy machine it does not, and
+from then on the frontend drops EVERY message to that figure, so the plot stays blank and never
+follows the controls (reproduced in headless Chromium with 20x CPU throttling, and seen once in
+CI). A core ``Output`` widget has no such window: its state always arrives.
 """
 from __future__ import annotations
 
 import html
+import json
 from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from traitlets import TraitError
 
 from lab_utils.viz.controls import NumberText
@@ -39,8 +49,8 @@ def error_html(message: str) -> str:
             "</div>")
 
 
-def apply_spec(fig: go.FigureWidget, spec: Spec, previous: Spec | None = None) -> None:
-    """Push a figure spec into a live FigureWidget.
+def apply_spec(fig: go.Figure, spec: Spec, previous: Spec | None = None) -> None:
+    """Push a figure spec into a figure kept between updates.
 
     Same trace count and types as ``previous`` (the spec applied last): assign only the
     top-level properties whose value changed, inside one batch. Each plotly assignment is
@@ -84,6 +94,20 @@ def _array(key: str, value: Any) -> Any:
     return value
 
 
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def figure_output(fig: go.Figure) -> dict[str, Any]:
+    """One notebook output (display_data) that JupyterLab draws with plotly's mime renderer.
+
+    Arrays travel as plotly's typed-array encoding (``to_json``); text/plain says what it is
+    where no renderer exists (a terminal, a static export)."""
+    data = json.loads(pio.to_json(fig, validate=False))
+    title = (fig.layout.title.text or "figure") if fig.layout.title else "figure"
+    return {"output_type": "display_data", "metadata": {},
+            "data": {PLOTLY_MIME: data, "text/plain": f"<plotly figure: {title}>"}}
+
+
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
     return go.Figure(spec)
@@ -102,7 +126,8 @@ class Explorer(widgets.VBox):
             f'<h3 class="lab-widget-title" style="margin:4px 0">{html.escape(self.TITLE)}</h3>')
         self.error = widgets.HTML("")
         self.summary = widgets.HTML("")
-        self.figure = go.FigureWidget()
+        self.figure = go.Figure()
+        self.view = widgets.Output(layout=widgets.Layout(width="100%"))
         self.state: Any = None  # the last VALID state (what the figure shows)
         self.spec: Spec | None = None  # the figure spec of that state (plain dicts)
         self._holding = False
@@ -118,7 +143,7 @@ class Explorer(widgets.VBox):
             # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
             layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
                                   grid_gap="4px 12px", width="100%"))
-        super().__init__([self.header, grid, self.error, self.summary, self.figure])
+        super().__init__([self.header, grid, self.error, self.summary, self.view])
         self.add_class("lab-explorer")
         self.add_class(self.CSS)
         if initial:
@@ -220,6 +245,9 @@ class Explorer(widgets.VBox):
         except Exception as exc:  # a calculator bug must not print a traceback in class
             return self._fail(f"unexpected {type(exc).__name__}: {exc}")
         apply_spec(self.figure, spec, self.spec)
+        # the new output replaces the old one: keep its height so the page does not jump
+        self.view.layout.min_height = f"{self.figure.layout.height or 360}px"
+        self.view.outputs = (figure_output(self.figure),)
         self.spec = spec
         self.summary.value = summary
         self.state, self._message, self.error.value = state, "", ""

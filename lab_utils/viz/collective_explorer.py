@@ -39,7 +39,7 @@ def validate(values: dict[str, Any]) -> CollectiveState:
     choice("op", values["op"], OPS)
     n = whole("N", values["n"], 2, MAX_N,
               hint="a collective over one rank moves nothing")
-    size = number("message size (MB)", values["size_mb"], 0, 1e9, lo_open=True,
+    size = number("message D (MB)", values["size_mb"], 0, 1e9, lo_open=True,
                   expected="a positive number below 1e9")
     bw = number("bandwidth (GB/s)", values["bandwidth_gbs"], 0, 1e9, lo_open=True,
                 expected="a positive number below 1e9")

@@ -104,7 +104,7 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
                time_unit: str | None = None, relative: bool = True, width: int = FIGURE_WIDTH,
                height: int | None = None) -> dict[str, Any]:
     """The figure of ``gantt_figure`` as plain dicts ``{"data": [...], "layout": {...}}``:
-    what the bubble explorer pushes into its live FigureWidget (dicts are ~10x cheaper to
+    what the bubble explorer pushes into the figure it keeps (dicts are ~10x cheaper to
     apply than validated plotly objects)."""
     bars, ideal = _normalise(events)
     unit = time_unit or ("units of t_f" if ideal else "s")
