@@ -219,7 +219,7 @@ def test_collective_link_preset_fills_bandwidth_and_bad_inputs():
     w.controls["bandwidth_gbs"].value = 12.0
     assert w.values["link"] == "custom"
     assert "N must be" in _bad(w, n=1)
-    assert "message size" in _bad(w, n=8, size_mb=0.0)
+    assert "message D (MB)" in _bad(w, n=8, size_mb=0.0)
     assert "alpha" in _bad(w, size_mb=1.0, alpha_us=-3.0)
 
 
