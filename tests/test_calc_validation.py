@@ -141,6 +141,15 @@ VALID: dict[str, dict] = {
     "all_to_all_bytes_per_layer": dict(tokens_per_rank=4096, hidden=4096, top_k=2, ep=8,
                                        dispatch_bytes=1.0, combine_bytes=2.0,
                                        padded_capacity_factor=1.25, gpus_per_node=8),
+    "h800_cluster": dict(n_nodes=2),
+    "evaluate_moe": dict(cfg=calc.MOE_PRESETS["mixtral-8x7b"], cluster=dgx_h100(2), global_batch=32,
+                         seq_len=4096, pp=2, dp=8, ep=4, zero_stage=1, micro_batch=1,
+                         recompute="full", recipe="mixed_adam", compute_efficiency=0.4,
+                         dispatch_bytes=1.0, combine_bytes=2.0, a2a_overlap=0.5),
+    "plan_moe": dict(cfg=calc.MOE_PRESETS["mixtral-8x7b"], cluster=dgx_h100(2), global_batch=32,
+                     seq_len=4096, micro_batches=(1, 2), zero_stages=(0, 1),
+                     recomputes=("full",), recipe="mixed_adam", compute_efficiency=0.4,
+                     dispatch_bytes=1.0, combine_bytes=2.0, a2a_overlap=0.5, n_best=3),
 }
 # Public methods (of result and record classes) that take arguments: "Class.method".
 METHODS: dict[str, tuple] = {
@@ -160,7 +169,7 @@ RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
            "DeepSeekV3Params", "KorthikantiRun", "NarayananEstimate", "LlamaRun",
-           "DeepSeekBudget", "MoEParamCount", "MoEMemory", "AllToAllVolume"}
+           "DeepSeekBudget", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan"}
 FREE_TEXT = {("MoEConfig", "name"), ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"), ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
              ("Cluster", "name"), ("FloatFormat", "name")}

@@ -23,6 +23,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     planner       plan, check_config                                  (labs 08, 12)
     layouts       Llama 3 405B Table 4, layout_memory                 (labs 08, 12)
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
+    moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
 """
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
@@ -97,6 +98,11 @@ from lab_utils.calc.moe import (DEEPSEEK_V3_LAYOUT, MOE_PRESETS, MOE_PUBLISHED, 
 __all__ += ["MoEConfig", "MoEParamCount", "moe_param_count", "MOE_PRESETS", "MOE_PUBLISHED",
             "DEEPSEEK_V3_LAYOUT", "MoEMemory", "moe_memory_per_rank", "AllToAllVolume",
             "all_to_all_bytes_per_layer", "gqa_attention_params", "mla_attention_params"]
+
+# The MoE planner (lab 09): PP x DP layouts with expert parallelism inside DP, ranked.
+from lab_utils.calc.moe_planner import MoEPlan, evaluate_moe, h800_cluster, plan_moe  # noqa: E402
+
+__all__ += ["MoEPlan", "evaluate_moe", "plan_moe", "h800_cluster"]
 
 # Float resolution (labs 02, 12): the gap between neighbouring numbers of a format, rounding.
 from lab_utils.calc.rounding import float_gap, round_to_bits  # noqa: E402
