@@ -92,10 +92,21 @@ def test_check_reports_wrong_stub_exception_and_deadlock_without_raising(capsys)
         assert "ValueError" in raised.message
         stuck = check("toy_sum", _toy_deadlock)
         assert not stuck.passed and "stuck" in stuck.message
+        assert "<- blocking recv from rank 1" in stuck.message  # who each rank waited for
+        assert "rank 0 -> rank 1 -> rank 0: a cycle" in stuck.message
         printed = capsys.readouterr().out
         assert "[NOT YET] toy_sum" in printed and "hint: use all_reduce" in printed
     finally:
         exercises._core._REGISTRY.pop("toy_sum", None)
+
+
+def test_wait_cycle_is_named_only_when_the_blocked_calls_form_one():
+    from lab_utils.runtime.failures import wait_cycle
+    ring = {0: "blocking recv from rank 3", 1: "blocking recv from rank 0",
+            2: "blocking recv from rank 1", 3: "blocking recv from rank 2"}
+    assert "rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0: a cycle" in wait_cycle(ring)
+    assert wait_cycle({0: "blocking recv from rank 1"}) == ""  # rank 1 is elsewhere: no cycle claimed
+    assert wait_cycle({0: "blocking recv from any rank", 1: "blocking send to rank 0"}) == ""
 
 
 def test_compare_tensors_explains_differences():

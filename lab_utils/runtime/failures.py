@@ -120,6 +120,20 @@ def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
     return stacks
 
 
+def read_peers(folder: str, world_size: int) -> dict[int, str]:
+    """What each stuck rank's blocking send/recv waited for (``runtime/peer_note.py``)."""
+    notes = {}
+    for rank in range(world_size):
+        try:
+            with open(os.path.join(folder, f"rank{rank}.peer")) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text:
+            notes[rank] = text
+    return notes
+
+
 def read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[int, dict]]:
     ok, err = {}, {}
     for rank in range(world_size):
@@ -156,14 +170,35 @@ def waiting_at(text: str) -> str | None:
     return f"{fn} ({os.path.basename(path)}:{line})" + (f": {source}" if source else "")
 
 
+_PEER = re.compile(r"blocking (send|recv) (?:to|from) rank (\d+)$")
+
+
+def wait_cycle(peers: dict[int, str]) -> str:
+    """"rank 0 -> rank 1 -> rank 0" when the blocked sends/recvs wait for each other in a cycle."""
+    waits = {r: int(m.group(2)) for r, note in peers.items() if (m := _PEER.match(note))}
+    for start in sorted(waits):
+        path, r = [start], waits[start]
+        while r in waits and r not in path:
+            path.append(r)
+            r = waits[r]
+        if r in path:
+            loop = path[path.index(r):] + [r]
+            return ("\nWho waited for whom: " + " -> ".join(f"rank {k}" for k in loop)
+                    + ": a cycle, each blocked until the next one moves, so none ever does.")
+    return ""
+
+
 def fmt_ranks(ranks) -> str:
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
-             timeout_s: float, stacks: dict[int, str], dead: list[int]) -> RankFailure:
-    """Turn the ranks' reports into one readable exception."""
+             timeout_s: float, stacks: dict[int, str], dead: list[int],
+             peers: dict[int, str] | None = None) -> RankFailure:
+    """Turn the ranks' reports into one readable exception. ``peers``: what a stuck rank's
+    blocking send/recv was waiting for ("blocking recv from rank 1", runtime/peer_note.py)."""
+    peers = peers or {}
     # A rank that delivered its result is finished, whatever its teardown did afterwards.
     err = {r: rec for r, rec in err.items() if r not in ok}
     unfinished = [r for r in range(world_size) if r not in ok]
@@ -182,7 +217,9 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
                "batches giving one rank an extra step, a send without its recv).")
         where = {r: waiting_at(t) for r, t in {**stacks, **tracebacks}.items() if r in unfinished}
         if any(where.values()):
-            msg += "\n" + "\n".join(f"  rank {r} was waiting in {w}" for r, w in sorted(where.items()) if w)
+            msg += "\n" + "\n".join(f"  rank {r} was waiting in {w}" + (f"  <- {peers[r]}" if r in peers else "")
+                                    for r, w in sorted(where.items()) if w)
+        msg += wait_cycle(peers)
         if tracebacks:
             first = min(causes) if all_timeouts else min(tracebacks)
             msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"

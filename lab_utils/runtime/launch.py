@@ -37,7 +37,8 @@ import cloudpickle
 
 from lab_utils.runtime.process import Agent, make_run_dir, start_agent
 from lab_utils.runtime.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
-                                        fmt_ranks, read_records, read_stacks, request_stacks)
+                                        fmt_ranks, read_peers, read_records, read_stacks,
+                                        request_stacks)
 
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
 TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
@@ -206,7 +207,8 @@ def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> Ru
     for rank, record in err.items():
         record["_seen"] = os.path.getmtime(os.path.join(run_dir, f"rank{rank}.err"))
     if len(ok) < world_size:  # errors after a delivered result (clean-up) do not fail the run
-        exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead)
+        exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead,
+                      read_peers(run_dir, world_size))
         exc.elapsed_s = out.elapsed_s  # from the start of the ranks' work to the failure
         raise exc
     results = RunResults(ok[r] for r in range(world_size))

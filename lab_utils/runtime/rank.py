@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from lab_utils.runtime import isolation, lifeline
+from lab_utils.runtime import isolation, lifeline, peer_note
 from lab_utils.runtime.context import distributed
 
 PREFIX_FMT = "[rank {rank}] "
@@ -181,3 +181,4 @@ def dump_stacks_to(folder: str, rank: int) -> None:
     ``rank<k>.stack``, so the message can show the line where the rank was waiting."""
     stack_file = open(os.path.join(folder, f"rank{rank}.stack"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+    peer_note.note_to(folder, rank)  # and the peer of a blocking send/recv it is inside
