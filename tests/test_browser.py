@@ -30,7 +30,8 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--disable-quic"]
 THROTTLE = float(os.environ.get("LAB_BROWSER_CPU_THROTTLE", "1"))
-RENDER_TIMEOUT_MS = int(60_000 * max(1.0, THROTTLE / 4))
+SLOW = max(1.0, THROTTLE / 4)
+RENDER_TIMEOUT_MS, pytestmark = int(60_000 * SLOW), pytest.mark.timeout(int(600 * SLOW))
 
 if not os.path.exists(CHROMIUM):
     if os.environ.get("CI"):
@@ -142,11 +143,8 @@ def figure_data(explorer) -> str:
 
 
 def wait_for_first_draw(page, explorer, css: str) -> str:
-    """Wait until plotly has drawn the figure WITH its data, and return that data.
-
-    The graph div appears before the widget's first data message has been applied (on a busy
-    machine, seconds before), so waiting for the div and then a fixed pause saw "[]" once:
-    wait for the data itself."""
+    """Wait until plotly has drawn the figure WITH its data, and return that data: the graph div
+    can appear before its data (on a busy machine, seconds before), so wait for the data itself."""
     explorer.locator(".js-plotly-plot").first.wait_for(timeout=RENDER_TIMEOUT_MS)
     page.wait_for_function(
         """sel => {

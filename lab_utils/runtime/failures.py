@@ -228,7 +228,11 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
             msg += f"\n\nWhere rank {first} was waiting (its Python stack at the deadline, innermost first):\n{stacks[first]}"
             tracebacks = dict(stacks)
         return RankTimeout(msg, tracebacks, log, unfinished)
-    if dead:
+    # A rank that raised a real error (not a lost-peer symptom) is the story even when another
+    # rank then died silently: a peer vanishing mid-collective can abort gloo in C++ (seen under
+    # load: rank 1 raised ValueError, rank 0 was gone 1 s later without a word).
+    raised = {r: rec for r, rec in err.items() if not _is_symptom(rec)}
+    if dead and not raised:
         last_words = [line for line in log if any(line.startswith(f"[rank {r}] ") for r in dead)][-5:]
         msg = (f"{fmt_ranks(dead)} died without reporting an error (os._exit, a segfault, or killed "
                "by the operating system, e.g. out of memory)."
@@ -241,12 +245,13 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
         tail = "\n".join(log[-30:])
         return RankFailure(f"{fmt_ranks(unfinished)} exited without reporting a result (killed, "
                            f"out of memory, or os._exit?). Last output:\n{tail}", {}, log)
-    first = min(err, key=lambda r: (err[r].get("_seen", 0), r))
+    first = min(raised or err, key=lambda r: (err[r].get("_seen", 0), r))
     followers = [r for r in err if r != first]
-    stopped = [r for r in unfinished if r not in err]
+    stopped = [r for r in unfinished if r not in err and r not in dead]
     msg = (f"rank {first} raised {err[first]['type']}: {err[first]['message']}"
            + (f"\n({fmt_ranks(followers)} failed after it, typically a lost connection to rank {first})"
               if followers else "")
+           + (f"\n({fmt_ranks(dead)} then died without a report: a symptom of the lost peer)" if dead else "")
            + (f"\n({fmt_ranks(stopped)} stopped by the launcher)" if stopped else "")
            + f"\n\nOriginal traceback on rank {first}:\n{err[first]['traceback']}")
     return RankFailure(msg, tracebacks, log)
