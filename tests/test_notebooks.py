@@ -38,7 +38,8 @@ def test_conventions(path):
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
 def test_quick_mode_runs_under_nbval(path):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_utils.tools.ipc_kernels",
+           "--nbval-lax",
            "--nbval-current-env", str(path.relative_to(ROOT))]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200,
                          env=dict(os.environ, LAB_QUICK="1"))

@@ -23,11 +23,14 @@ def execute(src: Path, dest: Path, quick: bool) -> None:
     predictions use their preset guesses in quick mode only."""
     import papermill  # deferred: strip/check do not need it
 
+    from lab_utils.tools.ipc_kernels import AsyncIPCKernelManager
+
     previous = os.environ.get("LAB_QUICK")
     os.environ["LAB_QUICK"] = "1" if quick else "0"  # the kernel inherits this process's environment
     try:
         papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": quick},
-                                   kernel_name="python3", cwd=str(src.parent), progress_bar=False)
+                                   kernel_name="python3", cwd=str(src.parent), progress_bar=False,
+                                   kernel_manager_class=AsyncIPCKernelManager)  # no TCP port race
     finally:
         if previous is None:
             del os.environ["LAB_QUICK"]
