@@ -15,7 +15,7 @@ import tempfile
 import uuid
 
 from jupyter_client.manager import AsyncKernelManager, KernelManager
-from traitlets import CaselessStrEnum, Unicode, default
+from traitlets import CaselessStrEnum, HasTraits, Unicode, default
 
 
 def _ipc_path() -> str:
@@ -24,7 +24,8 @@ def _ipc_path() -> str:
     return os.path.join(tempfile.gettempdir(), f"kernel-{uuid.uuid4().hex[:12]}-ipc")
 
 
-class IPCKernelManager(KernelManager):
+class _IPCTransport(HasTraits):
+    """The two traits both managers change (a HasTraits mixin, so traitlets registers them)."""
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
     ip = Unicode(config=True)
 
@@ -33,13 +34,12 @@ class IPCKernelManager(KernelManager):
         return _ipc_path()
 
 
-class AsyncIPCKernelManager(AsyncKernelManager):
-    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
-    ip = Unicode(config=True)
+class IPCKernelManager(_IPCTransport, KernelManager):
+    pass
 
-    @default("ip")
-    def _ip_ipc(self) -> str:
-        return _ipc_path()
+
+class AsyncIPCKernelManager(_IPCTransport, AsyncKernelManager):
+    pass
 
 
 def pytest_configure(config) -> None:
