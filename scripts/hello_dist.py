@@ -25,8 +25,9 @@ def pg_timeout_s(device: torch.device) -> float | None:
 
 
 def main() -> None:
-    use_cuda = torch.cuda.is_available()
     local_rank = int(os.environ["LOCAL_RANK"])  # this process's index on its own node
+    # NCCL needs a GPU of its own for every process on a node; with fewer GPUs, gloo on CPU
+    use_cuda = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])
     if use_cuda:
         torch.cuda.set_device(local_rank)  # before init: NCCL binds this process to that GPU
     dist.init_process_group("nccl" if use_cuda else "gloo")  # blocks until all ranks join
@@ -37,7 +38,8 @@ def main() -> None:
     dist.all_reduce(x)  # SUM over every rank of every node
     print(json.dumps({"RANK": rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": world,
                       "node": int(os.environ["GROUP_RANK"]), "pid": os.getpid(), "sum": x.item(),
-                      "backend": dist.get_backend(), "pg_timeout_s": pg_timeout_s(device)}), flush=True)
+                      "backend": dist.get_backend(), "pg_timeout_s": pg_timeout_s(device)}) + "\n",
+          end="", flush=True)  # one write, so under PYTHONUNBUFFERED another rank cannot split the line
     dist.destroy_process_group()  # tear the communicators down before exiting
 
 

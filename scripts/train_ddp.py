@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("ddp_run"), help="checkpoint/ and results.json")
     args = p.parse_args()
 
-    use_cuda = torch.cuda.is_available()
+    use_cuda = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])  # NCCL: a GPU per process
     dist.init_process_group("nccl" if use_cuda else "gloo")  # env:// from torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node

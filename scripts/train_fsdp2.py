@@ -65,7 +65,8 @@ def build_model(device: torch.device, bf16: bool) -> torch.nn.Module:
 
 def main() -> None:
     args = parse()
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    one_gpu_each = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])  # NCCL: a GPU per process
+    backend = "nccl" if one_gpu_each else "gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cpu")

@@ -114,6 +114,20 @@ def test_not_callable_and_bad_backend():
         run(42, 2)
     with pytest.raises(ValueError, match="backend must be"):
         run(sum_of_ranks, 2, 1.0, backend="mpi")
+    gpus = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"'nccl' needs one GPU per rank on a node: {gpus + 1} ranks, {gpus} GPU"):
+        run(sum_of_ranks, gpus + 1, 1.0, backend="nccl")
+
+
+def test_the_agent_never_initialises_cuda_before_forking_ranks():
+    """Ranks are forked from torchrun's agent; one forked after its parent asked the CUDA driver
+    anything cannot use CUDA (seen on an H200: every NCCL run failed). torchrun asks
+    torch.cuda.is_available(), so the agent makes torch answer from NVML, which every rank inherits."""
+    def nvml_check(ctx):
+        return os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+
+    assert run(nvml_check, 2, quiet=True) == ["1", "1"]
+    assert run(nvml_check, 2, quiet=True, cold=True) == ["1", "1"]
 
 
 def raise_on_rank_2(ctx):

@@ -106,7 +106,8 @@ def run_torchrun(script: Path, nnodes: int = 2, nproc_per_node: int = 2,
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     text = "".join(outputs)
-    rows = [json.loads(line[line.index("{"):]) for line in text.splitlines() if '"RANK"' in line]
+    # raw_decode: another process's output can land after a row on the same line (unbuffered stdout)
+    rows = [json.JSONDecoder().raw_decode(line, line.index("{"))[0] for line in text.splitlines() if '"RANK"' in line]
     shown = ["torchrun " + " ".join(c[3:-1] + [f"scripts/{script.name}"]) for c in cmds]
     return TorchrunJob(shown, sorted(rows, key=lambda r: r["RANK"]), [p.returncode for p in procs], text)
 

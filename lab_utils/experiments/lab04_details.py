@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -179,6 +180,17 @@ def powersgd_floats(model: nn.Module, rank: int, min_compression_rate: float = 2
     return total
 
 
+def _cpu_buckets_need_no_cuda_sync(hook: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """torch's PowerSGD hook ends with ``if torch.cuda.is_available(): torch.cuda.synchronize(device)``
+    also when the bucket is on the CPU, which raises ("Expected a cuda device, but got: cpu") on a
+    GPU machine whose ranks run gloo on CPU: seen on an H200 with torch 2.11, and the same lines are
+    in 2.13's powerSGD_hook.py. CPU buckets need no CUDA sync, so while a CPU model trains with
+    PowerSGD, this rank reports CUDA as absent to that check."""
+    if hook.startswith("powersgd") and device.type == "cpu" and torch.cuda.is_available():
+        return mock.patch.object(torch.cuda, "is_available", return_value=False)
+    return contextlib.nullcontext()
+
+
 def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
                hooks: tuple[str, ...] = HOOKS) -> dict[str, DDPRun]:
     """torch DDP over TinyGPT with each communication hook, ``steps`` AdamW steps on the same
@@ -195,14 +207,15 @@ def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
         _register_hook(ddp, hook)
         opt = make_optimizer(ddp.parameters(), "adamw", LR)
         run = DDPRun(f"torch DDP, {hook}")
-        for i, (x, y) in enumerate(shards):
-            if i == steps - 1:
-                dist.barrier(group=ctx.group)
-                with WireMeter(ctx) as wire:
+        with _cpu_buckets_need_no_cuda_sync(hook, ctx.device):
+            for i, (x, y) in enumerate(shards):
+                if i == steps - 1:
+                    dist.barrier(group=ctx.group)
+                    with WireMeter(ctx) as wire:
+                        run.losses.append(train_step(ddp, opt, x, y))
+                    run.wire_bytes = wire.sent
+                else:
                     run.losses.append(train_step(ddp, opt, x, y))
-                run.wire_bytes = wire.sent
-            else:
-                run.losses.append(train_step(ddp, opt, x, y))
         run.losses = _global_mean(run.losses, ctx.group)
         out[hook] = run
     return out

@@ -57,9 +57,15 @@ def resolve_backend(backend: str, local_world_size: int) -> str:
     """'auto' -> NCCL when this node has a GPU for every local rank, else gloo on CPU."""
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', not {backend!r}")
-    if backend != "auto":
+    if backend == "gloo":
         return backend
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus < local_world_size:
+        raise ValueError(f"backend 'nccl' needs one GPU per rank on a node: {local_world_size} ranks, "
+                         f"{gpus} GPU(s) here (NCCL refuses two ranks on one GPU). "
+                         "Use backend='auto' (gloo on CPU when GPUs are short) or fewer ranks.")
+    if backend == "nccl":
+        return backend
     return "nccl" if gpus >= local_world_size and dist.is_nccl_available() else "gloo"
 
 

@@ -85,9 +85,12 @@ def check_widgets() -> Check:
     """The kernel's widget packages and plotly's JupyterLab renderer (the explorers draw their
     figures as plotly's mimetype inside an Output widget)."""
     missing = [p for p in ("ipywidgets", "jupyterlab_widgets", "plotly") if _version(p) is None]
-    renderer = Path(sys.prefix, "share", "jupyter", "labextensions", "jupyterlab-plotly")
-    if not renderer.is_dir():
-        missing.append(f"plotly's JupyterLab renderer ({renderer})")
+    from jupyter_core.paths import jupyter_path  # where JupyterLab looks (sys.prefix, user, JUPYTER_PATH)
+
+    places = [Path(p) / "jupyterlab-plotly" for p in jupyter_path("labextensions")]
+    if not any(p.is_dir() for p in places):
+        missing.append("plotly's JupyterLab renderer (labextensions/jupyterlab-plotly, "
+                       f"looked in {', '.join(str(p.parent) for p in places)})")
     if missing:
         return Check("widgets", "FAIL", f"missing: {', '.join(missing)}",
                      "run `make lab` (installs the pinned requirements into .venv)")
