@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
+from lab_utils.runtime import pool as pools
 from lab_utils.runtime.launch import oversubscription_note
 from lab_utils.runtime.pool import current as current_pool
 
@@ -24,16 +25,17 @@ os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this p
 
 def worker_pids() -> list[int]:
     """PIDs of agents and ranks that THIS test process started and that still run, other than its
-    warm pool (whose ranks are meant to stay between runs). Other test workers' and notebooks'
-    ranks do not count: they do not carry this process's mark."""
-    pool = current_pool()
-    keep = {pool.agent.proc.pid, *pool.pids.values()} if pool is not None and pool.agent.running() else set()
+    warm pool and the spare a failure starts (ranks meant to stay; both run in their own folder,
+    which is on their command line). Other test workers' and notebooks' ranks do not count: they
+    do not carry this process's mark."""
+    keep = [p.run_dir.encode() for p in (current_pool(), pools._SPARE) if p is not None]
     mark = f"{OWNER}={os.getpid()}".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"lab_utils/runtime/worker.py" not in f.read():
+                cmdline = f.read()
+                if b"lab_utils/runtime/worker.py" not in cmdline or any(k in cmdline for k in keep):
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 if mark not in f.read().split(b"\0"):
@@ -43,8 +45,7 @@ def worker_pids() -> list[int]:
                     continue
         except OSError:
             continue
-        if int(pid) not in keep:
-            found.append(int(pid))
+        found.append(int(pid))
     return found
 
 

@@ -152,3 +152,29 @@ def test_a_changed_distributed_environment_restarts_the_pool(monkeypatch):
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "INFO")  # read when a process group is made
     second = run(lambda ctx: (os.getpid(), os.environ["TORCH_DISTRIBUTED_DEBUG"]), 2, quiet=True)
     assert not {p for p, _ in second} & set(first) and {v for _, v in second} == {"INFO"}
+
+
+def test_after_a_failure_a_spare_starts_at_once_and_the_next_matching_run_adopts_it():
+    run(pid, 2, quiet=True)
+    with pytest.raises(RankFailure):
+        run(raises_on_rank_1, 2, quiet=True, timeout_s=60)
+    spare = pools._SPARE
+    assert spare is not None and spare.agent.running() and pools.current() is None
+    fresh = run(pid, 2, quiet=True)
+    assert pools.current() is spare and pools._SPARE is None
+    assert sorted(fresh) == sorted(spare.pids.values())
+    with pytest.raises(RankFailure):
+        run(raises_on_rank_1, 2, quiet=True, timeout_s=60)
+    spare = pools._SPARE
+    assert run(pid, 3, quiet=True).pooled  # another size: the spare does not fit and is killed
+    assert pools._SPARE is None and not spare.agent.running()
+    pools.shutdown()
+
+
+def test_a_pool_started_without_waiting_serves_its_first_run():
+    pool = ranks(2, wait=False)
+    assert pools.current() is pool and pool._listener is not None  # still coming up
+    assert list(run(lambda ctx: ctx.rank, 2, quiet=True)) == [0, 1]
+    assert pool._listener is None and pools.current() is pool
+    pool.shutdown()
+    assert not pool.agent.running()

@@ -11,7 +11,8 @@ users run on clusters); each rank sets up its process group once and then serves
 Unix socket from this process (``serve.py``). A call with another world size, backend or
 distributed environment (TORCH_*, NCCL_*, GLOO_* variables) restarts it; so does any failure:
 a rank that raised, hung or died is reported exactly as in a cold run, then the whole pool is
-killed and the next call starts a fresh one. A run that leaves the ranks in a state the next
+killed and the next call starts a fresh one (started at once in the background, the "spare", so
+the learner reading the error does not wait for it later). A run that leaves the ranks in a state the next
 run must not inherit (``isolation.py``) also restarts it. While one thread uses the pool, a
 second thread's run goes to a cold launch instead of waiting.
 
@@ -42,6 +43,7 @@ START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with marg
 POOL_PRELOAD = ("torch._dynamo",)
 _ENV_PREFIXES = ("TORCH_", "NCCL_", "GLOO_")
 _POOL: "RankPool | None" = None
+_SPARE: "RankPool | None" = None  # started right after a failure, adopted by the next matching call
 _POOL_LOCK = threading.Lock()  # held while a job runs on the pool
 
 
@@ -57,7 +59,7 @@ class PoolStartError(RuntimeError):
 class RankPool:
     """N warm ranks serving jobs; see the module docstring."""
 
-    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = ()):
+    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True):
         self.world_size, self.backend = world_size, backend
         self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
         self.key = (world_size, backend, _env_key())
@@ -67,10 +69,18 @@ class RankPool:
         self.pids: dict[int, int] = {}
         authkey = os.urandom(16)
         socket_path = os.path.join(self.run_dir, "pool.sock")
-        listener = Listener(socket_path, family="AF_UNIX", authkey=authkey)
+        self._listener: Listener | None = Listener(socket_path, family="AF_UNIX", authkey=authkey)
         self.agent = start_agent(world_size, [self.run_dir, "--pool", socket_path],
                                  max(1, cpu_cores() // world_size), self.preload,
                                  {"LAB_UTILS_POOL_KEY": authkey.hex(), "LAB_UTILS_BACKEND": backend})
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Block until every rank has connected (a no-op once they have)."""
+        listener, self._listener = self._listener, None
+        if listener is None:
+            return
         try:
             self.conns = self._accept(listener)
         except BaseException:
@@ -111,6 +121,7 @@ class RankPool:
 
     def submit(self, kind: str, body: Any, options: dict, timeout_s: float, quiet: bool) -> RunResults:
         """Run one job on every rank; results, or the failure (the pool is then shut down)."""
+        self.wait_ready()  # a pool started with wait=False finishes starting here
         self.jobs += 1
         job_dir = os.path.join(self.run_dir, f"job{self.jobs}")
         os.mkdir(job_dir)
@@ -141,6 +152,7 @@ class RankPool:
             if broken:
                 self.dirty = "a rank failed, hung or did not finish cleaning up"
                 self.shutdown()
+                _start_spare(self.world_size, self.backend, self.preload)
             else:
                 shutil.rmtree(job_dir, ignore_errors=True)
         if any(reasons):
@@ -176,6 +188,9 @@ class RankPool:
         """Kill every rank of this pool and remove its folder."""
         global _POOL
         self.agent.kill()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         shutil.rmtree(self.run_dir, ignore_errors=True)
         if _POOL is self:
             _POOL = None
@@ -204,8 +219,9 @@ def submit_call(world_size: int, backend: str, preload: tuple[str, ...], payload
         _POOL_LOCK.release()
 
 
-def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = ()) -> RankPool:
-    """The process's pool for this world size and backend, (re)started if needed."""
+def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True) -> RankPool:
+    """The process's pool for this world size and backend, (re)started if needed; with
+    wait=False a new pool starts in the background and its first job waits for it."""
     global _POOL
     pool = _POOL
     if pool is not None and (pool.key != (world_size, backend, _env_key()) or not pool.healthy()
@@ -214,15 +230,42 @@ def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = ()) -> Ra
         pool.shutdown()
         pool = None
     if pool is None:
-        pool = _POOL = RankPool(world_size, backend, preload)
+        pool = _POOL = _take_spare(world_size, backend, preload) or RankPool(world_size, backend, preload, wait)
     return pool
 
 
-def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = ()) -> RankPool:
-    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it."""
+def _start_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> None:
+    """After a failure killed the pool, start its successor now; ``pool_for`` adopts it."""
+    global _SPARE
+    if _SPARE is None:
+        try:
+            _SPARE = RankPool(world_size, backend, preload, wait=False)
+        except Exception:  # noqa: BLE001 - the next call starts one the usual way and reports why
+            _SPARE = None
+
+
+def _take_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> RankPool | None:
+    """The spare if it fits this call (size, backend, environment, preload), ready; else None."""
+    global _SPARE
+    spare, _SPARE = _SPARE, None
+    if spare is None:
+        return None
+    if spare.key != (world_size, backend, _env_key()) or not set(preload) <= set(spare.preload) \
+            or not spare.agent.running():
+        spare.shutdown()
+        return None
+    spare.wait_ready()
+    return spare
+
+
+def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = (),
+          wait: bool = True) -> RankPool:
+    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it.
+    wait=False returns at once: the ranks come up in the background while the notebook goes
+    on, and the first run() on them waits for whatever is left of the start."""
     from lab_utils.runtime.launch import resolve_backend
 
-    return pool_for(world_size, resolve_backend(backend, world_size), tuple(preload))
+    return pool_for(world_size, resolve_backend(backend, world_size), tuple(preload), wait)
 
 
 def current() -> RankPool | None:
@@ -231,9 +274,12 @@ def current() -> RankPool | None:
 
 
 def shutdown() -> None:
-    """End the running pool, if any."""
-    if _POOL is not None:
-        _POOL.shutdown()
+    """End the running pool and its spare, if any."""
+    global _SPARE
+    spare, _SPARE = _SPARE, None
+    for pool in (_POOL, spare):
+        if pool is not None:
+            pool.shutdown()
 
 
 atexit.register(shutdown)
