@@ -214,8 +214,10 @@ def test_interrupt_kills_every_child():
         if "started" in line:
             break
     proc.send_signal(signal.SIGINT)  # what "interrupt kernel" sends
-    proc.wait(timeout=10)
-    assert no_workers_left(within_s=5)
+    assert no_workers_left(within_s=10)  # the ranks go at the KeyboardInterrupt (~0.1 s when quiet)
+    # The caller itself then exits, after the interpreter's teardown with torch loaded: ~1 s of CPU
+    # that took over 10 s in a clean-clone run at load 7-8 on 2 cores. Not this test's claim.
+    proc.wait(timeout=120)
 
 
 # `make soak` runs 20 launches (LAB_LAUNCH_RUNS); the suite runs 6 (each cold launch of 2-4
