@@ -154,7 +154,8 @@ def test_a_changed_distributed_environment_restarts_the_pool(monkeypatch):
     assert not {p for p, _ in second} & set(first) and {v for _, v in second} == {"INFO"}
 
 
-def test_after_a_failure_a_spare_starts_at_once_and_the_next_matching_run_adopts_it():
+def test_after_a_failure_a_spare_starts_at_once_and_the_next_matching_run_adopts_it(monkeypatch):
+    monkeypatch.setenv("LAB_UTILS_SPARE", "1")  # the default outside a Jupyter kernel is no spare
     run(pid, 2, quiet=True)
     with pytest.raises(RankFailure):
         run(raises_on_rank_1, 2, quiet=True, timeout_s=60)
@@ -178,3 +179,13 @@ def test_a_pool_started_without_waiting_serves_its_first_run():
     assert pool._listener is None and pools.current() is pool
     pool.shutdown()
     assert not pool.agent.running()
+
+
+def test_no_spare_outside_a_notebook_unless_asked(monkeypatch):
+    monkeypatch.delenv("LAB_UTILS_SPARE", raising=False)
+    assert pools._spare_wanted() == ("ipykernel" in __import__("sys").modules)
+    monkeypatch.setenv("LAB_UTILS_SPARE", "0")
+    assert not pools._spare_wanted()
+    with pytest.raises(RankFailure):
+        run(raises_on_rank_1, 2, quiet=True, timeout_s=60)
+    assert pools._SPARE is None

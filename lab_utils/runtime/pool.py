@@ -11,8 +11,10 @@ users run on clusters); each rank sets up its process group once and then serves
 Unix socket from this process (``serve.py``). A call with another world size, backend or
 distributed environment (TORCH_*, NCCL_*, GLOO_* variables) restarts it; so does any failure:
 a rank that raised, hung or died is reported exactly as in a cold run, then the whole pool is
-killed and the next call starts a fresh one (started at once in the background, the "spare", so
-the learner reading the error does not wait for it later). A run that leaves the ranks in a state the next
+killed and the next call starts a fresh one. In a notebook that one starts at once in the
+background (the "spare"), so the learner reading the error does not wait for it later; scripts and
+tests, which rarely rerun the same size right after a failure, do not pay for one
+(LAB_UTILS_SPARE=1 or 0 overrides). A run that leaves the ranks in a state the next
 run must not inherit (``isolation.py``) also restarts it. While one thread uses the pool, a
 second thread's run goes to a cold launch instead of waiting.
 
@@ -234,10 +236,19 @@ def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = (), wait:
     return pool
 
 
+def _spare_wanted() -> bool:
+    """A spare after a failure: in a Jupyter kernel, unless LAB_UTILS_SPARE says otherwise. Each
+    one costs an agent start (a few CPU-seconds) that a script or a test suite would mostly waste."""
+    setting = os.environ.get("LAB_UTILS_SPARE", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    return "ipykernel" in sys.modules
+
+
 def _start_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> None:
     """After a failure killed the pool, start its successor now; ``pool_for`` adopts it."""
     global _SPARE
-    if _SPARE is None:
+    if _SPARE is None and _spare_wanted():
         try:
             _SPARE = RankPool(world_size, backend, preload, wait=False)
         except Exception:  # noqa: BLE001 - the next call starts one the usual way and reports why
