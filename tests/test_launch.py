@@ -1,9 +1,6 @@
 """The launcher: results come back, failures and hangs end cleanly, nothing is left behind."""
 import os
-import signal
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -15,9 +12,6 @@ from lab_utils import RankFailure, RankTimeout, run
 from lab_utils.runtime import pool as pools
 from lab_utils.runtime.launch import oversubscription_note
 from lab_utils.runtime.pool import current as current_pool
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 OWNER = "LAB_UTILS_TEST_OWNER"
 os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
@@ -197,27 +191,6 @@ def test_two_runs_at_once_do_not_collide():
         t.join(120)
     assert [r["sum"] for r in results["a"]] == [1.0, 1.0]
     assert [r["sum"] for r in results["b"]] == [10.0, 10.0]
-
-
-def test_interrupt_kills_every_child():
-    script = textwrap.dedent("""
-        import time
-        from lab_utils import run
-        def slow(ctx):
-            print("started", flush=True)
-            time.sleep(120)
-        run(slow, 2, timeout_s=200)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
-    for line in proc.stdout:  # wait until the ranks really run
-        if "started" in line:
-            break
-    proc.send_signal(signal.SIGINT)  # what "interrupt kernel" sends
-    assert no_workers_left(within_s=10)  # the ranks go at the KeyboardInterrupt (~0.1 s when quiet)
-    # The caller itself then exits, after the interpreter's teardown with torch loaded: ~1 s of CPU
-    # that took over 10 s in a clean-clone run at load 7-8 on 2 cores. Not this test's claim.
-    proc.wait(timeout=120)
 
 
 # `make soak` runs 20 launches (LAB_LAUNCH_RUNS); the suite runs 6 (each cold launch of 2-4

@@ -73,7 +73,8 @@ SLOW = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("how", ["pooled", "cold"])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGINT", "SIGTERM", "SIGKILL"])  # SIGINT: what "interrupt kernel" sends
 def test_ranks_die_with_the_process_that_called_run(how, sig):
     mark = uuid.uuid4().hex
     proc = start([sys.executable, "-c", SLOW, how], "started", mark)
