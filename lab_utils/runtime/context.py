@@ -60,11 +60,11 @@ def resolve_backend(backend: str, local_world_size: int) -> str:
     if backend == "gloo":
         return backend
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "nccl" and gpus < local_world_size:
-        raise ValueError(f"backend 'nccl' needs one GPU per rank on a node: {local_world_size} ranks, "
-                         f"{gpus} GPU(s) here (NCCL refuses two ranks on one GPU). "
-                         "Use backend='auto' (gloo on CPU when GPUs are short) or fewer ranks.")
     if backend == "nccl":
+        if gpus < local_world_size:
+            raise ValueError(f"backend 'nccl' needs one GPU per rank on a node: {local_world_size} ranks, "
+                             f"{gpus} GPU(s) here (NCCL refuses two ranks on one GPU). "
+                             "Use backend='auto' (gloo on CPU when GPUs are short) or fewer ranks.")
         return backend
     return "nccl" if gpus >= local_world_size and dist.is_nccl_available() else "gloo"
 

@@ -121,6 +121,11 @@ class RankPool:
     def healthy(self) -> bool:
         return not self.dirty and self.agent.running()
 
+    def fits(self, world_size: int, backend: str, preload: tuple[str, ...]) -> bool:
+        """Healthy, with this size, backend, distributed environment and (at least) this preload."""
+        return (self.key == (world_size, backend, _env_key()) and self.healthy()
+                and set(preload) <= set(self.preload))
+
     def submit(self, kind: str, body: Any, options: dict, timeout_s: float, quiet: bool) -> RunResults:
         """Run one job on every rank; results, or the failure (the pool is then shut down)."""
         self.wait_ready()  # a pool started with wait=False finishes starting here
@@ -226,8 +231,7 @@ def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = (), wait:
     wait=False a new pool starts in the background and its first job waits for it."""
     global _POOL
     pool = _POOL
-    if pool is not None and (pool.key != (world_size, backend, _env_key()) or not pool.healthy()
-                             or not set(preload) <= set(pool.preload)):
+    if pool is not None and not pool.fits(world_size, backend, preload):
         preload = tuple(dict.fromkeys(pool.preload + tuple(preload))) if pool.key[:2] == (world_size, backend) else preload
         pool.shutdown()
         pool = None
@@ -252,7 +256,7 @@ def _start_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> Non
         try:
             _SPARE = RankPool(world_size, backend, preload, wait=False)
         except Exception:  # noqa: BLE001 - the next call starts one the usual way and reports why
-            _SPARE = None
+            pass
 
 
 def _take_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> RankPool | None:
@@ -261,8 +265,7 @@ def _take_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> Rank
     spare, _SPARE = _SPARE, None
     if spare is None:
         return None
-    if spare.key != (world_size, backend, _env_key()) or not set(preload) <= set(spare.preload) \
-            or not spare.agent.running():
+    if not spare.fits(world_size, backend, preload):
         spare.shutdown()
         return None
     spare.wait_ready()
