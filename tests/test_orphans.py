@@ -55,6 +55,27 @@ def _like_a_fresh_process() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
+def what_it_is_doing(pid: int) -> str:
+    """For a caller that did not exit: its signal state, each thread's kernel wait, its Python stacks."""
+    lines = []
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines += [l.strip() for l in f if l.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk",
+                                                                   "SigIgn", "SigCgt", "Threads")]
+        for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+            with open(f"/proc/{pid}/task/{tid}/wchan") as f, open(f"/proc/{pid}/task/{tid}/comm") as g:
+                lines.append(f"thread {tid} {g.read().strip()}: {f.read().strip()}")
+    except OSError as e:
+        lines.append(f"/proc/{pid}: {e}")
+    try:
+        dump = subprocess.run([os.path.join(os.path.dirname(sys.executable), "py-spy"), "dump", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=30)
+        lines.append(dump.stdout + dump.stderr)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        lines.append(f"py-spy: {e}")
+    return "\n".join(lines)
+
+
 def start(args: list[str], ready: str, mark: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT, **{MARK: mark})
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -101,9 +122,10 @@ def test_ranks_die_with_the_process_that_called_run(how, sig):
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
+        doing = what_it_is_doing(proc.pid)
         proc.kill()
         pytest.fail(f"the caller ignored {sig.name} for 60 s; this pytest worker's SIGINT handler and "
-                    f"blocked signals were {worker_sigint}")
+                    f"blocked signals were {worker_sigint}. The caller:\n{doing}")
     assert gone_within(mark, proc.pid, 2.0) == [], "ranks outlived their caller"
 
 
