@@ -48,6 +48,9 @@ def _kind(value: object) -> str:
 def whole(name: str, value: object, lo: int | None = None, hi: int | None = None,
           hint: str = "") -> int:
     """An int (numpy ints too) in [lo, hi]; refuses bools, floats (even 2.0) and strings."""
+    if (type(value) is int and abs(value) <= MAX_MAGNITUDE and (lo is None or value >= lo)
+            and (hi is None or value <= hi)):
+        return value  # the common, valid case, without building any message
     bound = (f" >= {lo}" if hi is None else f" in {lo}..{hi}") if lo is not None else ""
     what = f"{name} must be a whole number{bound}"
     fix = f"; {hint}" if hint else ""
@@ -90,6 +93,11 @@ def index(name: str, value: object, n: int, of: str) -> int:
 def number(name: str, value: object, lo: float | None = None, hi: float | None = None,
            lo_open: bool = False, expected: str = "", hint: str = "") -> float:
     """A finite real number (ints allowed) in the given range, returned as float."""
+    if (type(value) is float or type(value) is int) and abs(value) <= MAX_MAGNITUDE:
+        v = float(value)  # the common, valid case, without building any message (int vs float
+        if ((lo is None or v > lo or (v == lo and not lo_open))
+                and (hi is None or v <= hi)):
+            return v  # compares exactly, so a huge int never overflows; NaN takes the slow path
     if not expected:
         expected = "a number" if lo is None else (
             "a positive number" if lo == 0 and lo_open else f"a number >= {lo:g}")
@@ -146,7 +154,7 @@ def boolean(name: str, value: object) -> bool:
 
 def choice(name: str, value: object, options: Iterable[object]) -> Any:
     """One of ``options``, compared by type AND value (so True is not taken for 1)."""
-    opts = list(options)
+    opts = options if isinstance(options, (tuple, list)) else list(options)
     for o in opts:
         if type(value) is type(o) and value == o:
             return value
