@@ -4,8 +4,9 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_widgets.py [--repeats 25]
 
 For each widget we set ONE control's ``.value`` (what a slider or text box does in the browser;
 the observe callback runs synchronously) to a fresh value, and time until it returns, then check
-that the figure's data really changed. No browser: this is the Python side of an update
-(validate -> calculator -> figure spec -> figure diff -> the JSON the Output widget carries); the browser's redraw comes on top.
+that the figure's data really changed. No browser: this is the Python side of an update as a
+page that drew the figure gets it (``plot.live``: validate -> calculator -> figure spec -> the
+JSON that LivePlot redraws in place); the browser's redraw comes on top.
 A shared or loaded machine inflates the numbers; compare runs on the same machine.
 
 The browser side, typed for real (tests/test_browser.py, JupyterLab + Chromium), writes the time
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
-                           PlannerWidget)
+                           PlannerWidget, training_cost_explorer)
 
 GOAL_MS = 50.0
 BROWSER = Path(__file__).resolve().parents[1] / "build" / "browser_latency.json"
@@ -37,6 +38,7 @@ def bench(name: str, make: Callable[[], Any], control: str,
     t0 = time.perf_counter()
     w = make()
     build_ms = (time.perf_counter() - t0) * 1e3
+    w.plot.live = True  # as when a page has drawn the figure (tests/test_browser.py checks that it does)
     times = []
     for i in range(repeats):
         before = _data(w)
@@ -78,6 +80,7 @@ def main() -> None:
     bench("planner (llama2-70b, 256 GPUs)", PlannerWidget, "global_batch",
           lambda i: 256 * (1 + i), n)
     bench("planner rows shown (cached plans)", PlannerWidget, "top_k", lambda i: 3 + i % 8, n)
+    bench("training cost explorer", training_cost_explorer, "tokens_b", lambda i: 1000.0 + 100 * i, n)
     if BROWSER.exists():  # written by tests/test_browser.py
         for name, times in json.loads(BROWSER.read_text()).items():
             med = statistics.median(times)

@@ -6,9 +6,11 @@ An explorer is an ``ipywidgets.VBox`` (so it displays and nests like any widget)
     controls ipywidgets whose ``.value`` IS the widget's state (the whole contract)
     error    an HTML box: the readable message of the last bad input, empty when all is well
     summary  HTML with the numbers the figure shows, stated in words
-    figure   a plotly ``go.Figure``, updated in place (what tests and code read)
+    figure   a plotly ``go.Figure`` of the shown state (what tests and code read), brought up to
+             date when read: the page draws from the spec's JSON, so no update waits for it
     view     an ``ipywidgets.Output`` showing that figure through plotly's JupyterLab mime
              renderer (``application/vnd.plotly.v1+json``), replaced as one synced state
+    plot     a ``LivePlot``: once the page has drawn ``view``, it redraws that same graph in place
 
 Subclasses provide three PURE functions (no widgets, callable in tests):
 ``validate(values) -> state`` (raises ValueError with a readable message),
@@ -21,6 +23,15 @@ within anywidget's 2-second initialisation window; on a slow or busy machine it 
 from then on the frontend drops EVERY message to that figure, so the plot stays blank and never
 follows the controls (reproduced in headless Chromium with 20x CPU throttling, and seen once in
 CI). A core ``Output`` widget has no such window: its state always arrives.
+
+Why ``LivePlot`` as well: replacing the Output's content makes the page build a new renderer that
+draws the whole figure from scratch and rasterises it (0.4-0.7 s per change in headless Chromium on
+2 cores). ``LivePlot`` is a tiny anywidget (its module is a few hundred bytes, so it loads well
+within anywidget's window) that holds the figure's JSON. When its view finds the graph the Output
+drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports ``live``; from
+then on a change only updates ``plot.figure`` and the view calls ``Plotly.react`` on that graph,
+which redraws only what changed. Until then, or where no such page exists (papermill, nbval, VS
+Code, an anywidget that never loaded), the Output path runs as before, so the figure is never blank.
 """
 from __future__ import annotations
 
@@ -28,10 +39,12 @@ import html
 import json
 from typing import Any
 
+import anywidget
 import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+import traitlets
 from traitlets import TraitError
 
 from lab_utils.viz.controls import NumberText
@@ -97,20 +110,81 @@ def _array(key: str, value: Any) -> Any:
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
-def figure_output(fig: go.Figure) -> dict[str, Any]:
-    """One notebook output (display_data) that JupyterLab draws with plotly's mime renderer.
+def figure_json(spec: Spec) -> str | None:
+    """The spec as the JSON that plotly's renderer draws: what ``pio.to_json(go.Figure(spec))``
+    holds (the specs use plotly.js names, no magic underscores: tests/test_viz.py checks it),
+    with the default template filled in, at a small fraction of its cost (no validation, no
+    array walk). None for a spec that names its own template (the caller then uses to_json)."""
+    layout = spec.get("layout", {})
+    if "template" in layout:
+        return None
+    name = pio.templates.default
+    if name not in _TEMPLATES:
+        _TEMPLATES[name] = json.loads(pio.to_json(go.Figure(), validate=False))["layout"].get("template", {})
+    return json.dumps({"data": spec["data"], "layout": dict(layout, template=_TEMPLATES[name])},
+                      default=_plain, separators=(",", ":"))
 
-    Arrays travel as plotly's typed-array encoding (``to_json``); text/plain says what it is
-    where no renderer exists (a terminal, a static export)."""
-    data = json.loads(pio.to_json(fig, validate=False))
-    title = (fig.layout.title.text or "figure") if fig.layout.title else "figure"
+
+_TEMPLATES: dict[str, Any] = {}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def figure_output(text: str, title: str) -> dict[str, Any]:
+    """One notebook output (display_data) that JupyterLab draws with plotly's mime renderer,
+    from the figure's JSON text; text/plain says what it is where no renderer exists."""
     return {"output_type": "display_data", "metadata": {},
-            "data": {PLOTLY_MIME: data, "text/plain": f"<plotly figure: {title}>"}}
+            "data": {PLOTLY_MIME: json.loads(text), "text/plain": f"<plotly figure: {title}>"}}
 
 
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
     return go.Figure(spec)
+
+
+class LivePlot(anywidget.AnyWidget):
+    """Redraws, in place, the plotly graph that its explorer's Output view drew (module docstring).
+
+    ``figure``: the current figure as plotly JSON text. ``live``: set by a view once it found
+    that graph and ``window.Plotly``; cleared (and the Output refreshed) if a redraw ever fails."""
+
+    _esm = """
+    const graph = el => { const box = el.closest('.lab-explorer');
+                          return box && box.querySelector('.js-plotly-plot'); };
+    function render({ model, el }) {
+      let live = false, stopped = false, tries = 0;
+      const draw = () => {
+        const gd = graph(el);
+        if (!gd || !gd._fullLayout || !window.Plotly || !model.get('figure')) return false;
+        const fig = JSON.parse(model.get('figure'));
+        window.Plotly.react(gd, fig.data, fig.layout);
+        return true;
+      };
+      const watch = () => {  // until the Output's renderer has drawn the graph (or 60 s)
+        if (stopped) return;
+        if (draw()) { live = true; model.set('live', true); model.save_changes(); return; }
+        if (++tries < 600) setTimeout(watch, 100);
+      };
+      const changed = () => {
+        if (!live || draw()) return;
+        live = false; tries = 0;
+        model.set('live', false); model.save_changes();  // Python redraws through the Output
+        watch();
+      };
+      model.on('change:figure', changed);
+      watch();
+      return () => { stopped = true; model.off('change:figure', changed); };
+    }
+    export default { render };
+    """
+    figure = traitlets.Unicode("").tag(sync=True)
+    live = traitlets.Bool(False).tag(sync=True)
 
 
 class Explorer(widgets.VBox):
@@ -126,8 +200,10 @@ class Explorer(widgets.VBox):
             f'<h3 class="lab-widget-title" style="margin:4px 0">{html.escape(self.TITLE)}</h3>')
         self.error = widgets.HTML("")
         self.summary = widgets.HTML("")
-        self.figure = go.Figure()
+        self._figure, self._figure_spec = go.Figure(), None  # see the ``figure`` property
         self.view = widgets.Output(layout=widgets.Layout(width="100%"))
+        self.plot = LivePlot(layout=widgets.Layout(height="0px"))
+        self.plot.observe(self._on_live, names="live")
         self.state: Any = None  # the last VALID state (what the figure shows)
         self.spec: Spec | None = None  # the figure spec of that state (plain dicts)
         self._holding = False
@@ -143,7 +219,7 @@ class Explorer(widgets.VBox):
             # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
             layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
                                   grid_gap="4px 12px", width="100%"))
-        super().__init__([self.header, grid, self.error, self.summary, self.view])
+        super().__init__([self.header, grid, self.error, self.summary, self.view, self.plot])
         self.add_class("lab-explorer")
         self.add_class(self.CSS)
         if initial:
@@ -170,6 +246,14 @@ class Explorer(widgets.VBox):
         return ""
 
     # --- the view ------------------------------------------------------------------------
+    @property
+    def figure(self) -> go.Figure:
+        """The plotly figure of the last valid state (updated from its spec when read)."""
+        if self.spec is not None and self._figure_spec is not self.spec:
+            apply_spec(self._figure, self.spec, self._figure_spec)
+            self._figure_spec = self.spec
+        return self._figure
+
     @property
     def values(self) -> dict[str, Any]:
         """The synced state: every control's current value, by name. A number box gives
@@ -244,14 +328,26 @@ class Explorer(widgets.VBox):
             return self._fail(str(exc))
         except Exception as exc:  # a calculator bug must not print a traceback in class
             return self._fail(f"unexpected {type(exc).__name__}: {exc}")
-        apply_spec(self.figure, spec, self.spec)
-        # the new output replaces the old one: keep its height so the page does not jump
-        self.view.layout.min_height = f"{self.figure.layout.height or 360}px"
-        self.view.outputs = (figure_output(self.figure),)
         self.spec = spec
+        # a live view redraws from this text; otherwise the Output shows it
+        self.plot.figure = figure_json(spec) or pio.to_json(self.figure, validate=False)
+        if not self.plot.live:
+            self._show_in_output()
         self.summary.value = summary
         self.state, self._message, self.error.value = state, "", ""
         return True
+
+    def _show_in_output(self) -> None:
+        # the new output replaces the old one: keep its height so the page does not jump
+        layout = self.spec.get("layout", {}) if self.spec else {}
+        title = layout.get("title")
+        title = (title.get("text") if isinstance(title, dict) else title) or "figure"
+        self.view.layout.min_height = f"{layout.get('height') or 360}px"
+        self.view.outputs = (figure_output(self.plot.figure, title),)
+
+    def _on_live(self, change: dict[str, Any]) -> None:
+        if not change["new"]:  # a view could not redraw in place: the Output shows the figure
+            self._show_in_output()
 
     def _fail(self, message: str) -> bool:
         self._message = message
