@@ -82,20 +82,24 @@ def check_backends() -> Check:
 
 
 def check_widgets() -> Check:
-    """The kernel's widget packages and plotly's JupyterLab renderer (the explorers draw their
-    figures as plotly's mimetype inside an Output widget)."""
-    missing = [p for p in ("ipywidgets", "jupyterlab_widgets", "plotly") if _version(p) is None]
+    """The kernel's widget packages, plotly's JupyterLab renderer (the explorers draw their
+    figures as plotly's mimetype inside an Output widget) and anywidget's frontend (LivePlot, which
+    redraws those figures in place)."""
+    missing = [p for p in ("ipywidgets", "jupyterlab_widgets", "plotly", "anywidget") if _version(p) is None]
     from jupyter_core.paths import jupyter_path  # where JupyterLab looks (sys.prefix, user, JUPYTER_PATH)
 
-    places = [Path(p) / "jupyterlab-plotly" for p in jupyter_path("labextensions")]
-    if not any(p.is_dir() for p in places):
-        missing.append("plotly's JupyterLab renderer (labextensions/jupyterlab-plotly, "
-                       f"looked in {', '.join(str(p.parent) for p in places)})")
+    for extension, what in (("jupyterlab-plotly", "plotly's JupyterLab renderer"),
+                            ("anywidget", "anywidget's JupyterLab frontend")):
+        places = [Path(p) / extension for p in jupyter_path("labextensions")]
+        if not any(p.is_dir() for p in places):
+            missing.append(f"{what} (labextensions/{extension}, "
+                           f"looked in {', '.join(str(p.parent) for p in places)})")
     if missing:
         return Check("widgets", "FAIL", f"missing: {', '.join(missing)}",
                      "run `make lab` (installs the pinned requirements into .venv)")
     return Check("widgets", "OK", f"ipywidgets {_version('ipywidgets')}, jupyterlab_widgets "
-                 f"{_version('jupyterlab_widgets')}, plotly {_version('plotly')} (with its JupyterLab renderer)")
+                 f"{_version('jupyterlab_widgets')}, plotly {_version('plotly')} (with its JupyterLab renderer), "
+                 f"anywidget {_version('anywidget')}")
 
 
 def check_smoke(world_size: int = 2) -> Check:
