@@ -1,6 +1,6 @@
 """Where the test command's time goes (issue 12): venv, unit tests, multi-rank tests, each notebook.
 
-    .venv/bin/python benchmarks/bench_ci.py [--jobs 4] [--no-venv]
+    .venv/bin/python benchmarks/bench_ci.py [--jobs 4] [--no-venv] [test paths; default: all]
 
 1. venv: a fresh virtual environment in a temporary folder, built exactly as `make` builds `.venv`
    (pip's cache warm, as on a machine that ran it before).
@@ -8,11 +8,16 @@
    its test cases took, summed per group: unit tests, multi-rank tests, the browser test, and per
    notebook its nbval run (quick) and its papermill run (full). With several workers the groups
    overlap, so the sums exceed the wall time; the wall time is what CI waits for.
+3. CPU seconds per group (user + sys of each test's worker and the processes it reaped:
+   benchmarks/cpu_per_test.py), their total, and what it implies: on N cores the command cannot take
+   less than total CPU / N, however the workers are packed. Notebook runs under nbval start an inner
+   pytest that is counted once, inside its outer test.
 Target: venv + test command <= 10 minutes on the 2-core machine.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -38,41 +43,63 @@ def time_venv() -> float:
         return time.perf_counter() - start
 
 
+def group_of(test_id: str, unit: set[str], multi: set[str]) -> str:
+    """'tests/test_x.py::name[param]' -> its group: unit, multi-rank, browser, or one notebook run."""
+    file = test_id.split("::")[0]
+    file = file if file.endswith(".py") else file + ".py"
+    if "test_quick_mode_runs_under_nbval[" in test_id:
+        return f"notebook {test_id.split('[')[1].rstrip(']')} quick (nbval)"
+    if "test_full_mode_runs[" in test_id:
+        return f"notebook {test_id.split('[')[1].rstrip(']')} full (papermill)"
+    if file in multi:
+        return "multi-rank tests"
+    if file in unit:
+        return "unit tests"
+    return f"other: {file}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--no-venv", action="store_true", help="skip timing a fresh venv")
+    parser.add_argument("tests", nargs="*", default=["tests"], help="what to run (default: every test)")
     ns = parser.parse_args()
     venv_s = None if ns.no_venv else time_venv()
     report = ROOT / "build" / "bench_ci.xml"
     report.parent.mkdir(exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(ns.jobs),
-           "--dist", "worksteal", "tests",
+           "--dist", "worksteal", *ns.tests,
            f"--junitxml={report}"]
+    cpu_log = ROOT / "build" / "bench_ci_cpu.jsonl"
+    cpu_log.unlink(missing_ok=True)
+    env = dict(os.environ, CPU_PER_TEST_OUT=str(cpu_log),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")])))
+    cmd[4:4] = ["-p", "cpu_per_test"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     unit, multi = set(test_files()[0]), set(test_files()[1])
     groups: dict[str, float] = defaultdict(float)
     failed = 0
     for case in read_junit(report):
         failed += case.failed
-        file = case.id.split("::")[0].replace(".", "/") + ".py"
-        if "test_quick_mode_runs_under_nbval[" in case.id:
-            groups[f"notebook {case.id.split('[')[1].rstrip(']')} quick (nbval)"] += case.seconds
-        elif "test_full_mode_runs[" in case.id:
-            groups[f"notebook {case.id.split('[')[1].rstrip(']')} full (papermill)"] += case.seconds
-        elif file in multi:
-            groups["multi-rank tests"] += case.seconds
-        elif file in unit:
-            groups["unit tests"] += case.seconds
-        else:
-            groups[f"other: {file}"] += case.seconds
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, {ns.jobs} workers")
+        groups[group_of(case.id.replace("tests.", "tests/", 1).replace(".py", ""), unit, multi)] += case.seconds
+    cpu: dict[str, float] = defaultdict(float)
+    if cpu_log.exists():
+        for line in cpu_log.read_text().splitlines():
+            row = json.loads(line)
+            if row["id"].startswith("tests/"):  # not the cells of an inner nbval run (counted in its test)
+                cpu[group_of(row["id"], unit, multi)] += row["own"] + row["children"]
+    cores = os.cpu_count() or 1
+    print(f"load average {os.getloadavg()[0]:.1f} on {cores} cores, {ns.jobs} workers")
     if venv_s is not None:
         print(f"  {'venv (fresh, pip cache warm)':44} {venv_s:7.1f} s")
+    print(f"  {'group':44} {'wall':>7}   {'CPU':>7}  (seconds; wall sums overlap across workers)")
     for name in sorted(groups, key=lambda n: (n.startswith("notebook"), n)):
-        print(f"  {name:44} {groups[name]:7.1f} s")
+        print(f"  {name:44} {groups[name]:7.1f}   {cpu.get(name, 0.0):7.1f}")
+    total = sum(cpu.values())
+    print(f"CPU of all tests {total:.0f} s: on {cores} cores no packing finishes them in under "
+          f"{total / cores:.0f} s")
     print(f"test command wall time {wall:.0f} s ({proc.returncode=}, {failed} failed)"
           + (f"; with the venv {wall + venv_s:.0f} s (target <= 600)" if venv_s is not None else ""))
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:])

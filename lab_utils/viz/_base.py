@@ -166,10 +166,10 @@ class LivePlot(anywidget.AnyWidget):
         window.Plotly.react(gd, fig.data, fig.layout);
         return true;
       };
-      const watch = () => {  // until the Output's renderer has drawn the graph (or 60 s)
+      const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once a second)
         if (stopped) return;
         if (draw()) { live = true; model.set('live', true); model.save_changes(); return; }
-        if (++tries < 600) setTimeout(watch, 100);
+        setTimeout(watch, ++tries < 300 ? 100 : 1000);
       };
       const changed = () => {
         if (!live || draw()) return;
