@@ -16,7 +16,7 @@ from lab_utils.calc import GB, GiB
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
                            PlannerWidget, amdahl_explorer, bubble_explorer, collective_explorer,
                            memory_explorer, planner_widget, to_figure, training_cost_explorer)
-from lab_utils.viz._base import figure_json
+from lab_utils.viz.live_plot import figure_json
 from lab_utils.viz.controls import NumberText
 
 approx = pytest.approx
