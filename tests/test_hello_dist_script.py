@@ -24,3 +24,16 @@ def test_default_timeouts_match_torch():
         assert found["nccl"] == constants.default_pg_nccl_timeout.total_seconds()
     else:  # CPU builds: read from the C++ header the wheel ships
         assert found["nccl"] == timedelta(minutes=10).total_seconds()
+
+
+def test_simulated_nodes_never_share_a_gpu(monkeypatch):
+    """Nodes simulated on one machine share its GPUs: each gets GPUs of its own when there are
+    enough for every rank, else none (gloo), never cuda:0 twice (NCCL: "Duplicate GPU detected")."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert lab00.node_gpus(2, 1) == ["", ""]  # the 1-GPU machine where lab 00 quick mode failed
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    assert lab00.node_gpus(2, 2) == ["0,1", "2,3"]
+    assert lab00.node_gpus(2, 4) == ["0,1,2,3", "4,5,6,7"]
+    assert lab00.node_gpus(3, 4) == ["", "", ""]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert lab00.node_gpus(2, 2) == ["", ""]

@@ -88,14 +88,32 @@ def torchrun_commands(script: Path, nnodes: int, nproc_per_node: int, port: int)
             for k in range(nnodes)]
 
 
+def node_gpus(nnodes: int, nproc_per_node: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES for each simulated node. Real nodes have GPUs of their own; nodes
+    simulated on ONE machine share its GPUs, and a script that picks ``cuda:LOCAL_RANK`` would put
+    a rank of every node on GPU 0 (NCCL: "Duplicate GPU detected", seen on a 1-GPU machine with 2
+    nodes of 1 rank). So each node gets its own GPUs when there are enough for every rank, and
+    none otherwise (every rank then uses gloo on the CPU, as the scripts decide)."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = ([d for d in visible.split(",") if d.strip()] if visible is not None
+           else [str(i) for i in range(torch.cuda.device_count())])
+    if len(ids) < nnodes * nproc_per_node:
+        return [""] * nnodes
+    return [",".join(ids[k * nproc_per_node:(k + 1) * nproc_per_node]) for k in range(nnodes)]
+
+
 def run_torchrun(script: Path, nnodes: int = 2, nproc_per_node: int = 2,
                  timeout_s: float = 120.0) -> TorchrunJob:
     """Start `nnodes` torchrun agents on this machine, as if on `nnodes` machines; parse the JSON
     line each rank prints. On timeout every agent and its ranks are killed (their own session)."""
     cmds = torchrun_commands(script, nnodes, nproc_per_node, _free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1")  # what torchrun sets anyway, without its warning
+    gpus = node_gpus(nnodes, nproc_per_node)
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, start_new_session=True) for c in cmds]
+                              env=dict(env, CUDA_VISIBLE_DEVICES=gpus[k]), start_new_session=True)
+             for k, c in enumerate(cmds)]
     outputs = []
     try:
         for p in procs:
