@@ -136,10 +136,13 @@ def browser(tmp_path_factory):
         context.close()
 
 
+GRAPH_DATA = "JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))"  # JS, of a graph div `gd`
+
+
 def figure_data(explorer) -> str:
     """The plotly traces as the page has them (the graph div's `data`), as JSON text."""
     return explorer.locator(".js-plotly-plot").first.evaluate(
-        "gd => JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))")
+        f"gd => {GRAPH_DATA}")
 
 
 def wait_for_first_draw(page, explorer, css: str) -> str:
@@ -208,7 +211,7 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
         page.wait_for_function(
             """([sel, before]) => {
                 const gd = document.querySelector(sel + ' .js-plotly-plot');
-                return gd && JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base])) !== before;
+                return gd && """ + GRAPH_DATA + """ !== before;
             }""", arg=[css, before], timeout=RENDER_TIMEOUT_MS)
         after = figure_data(explorer)
         assert after != before
@@ -259,8 +262,8 @@ PAGE_TIMER = """([sel, probe]) => {
     };
     box.addEventListener('keydown', onKey, true);
 }"""
-NEW_DATA = """sel => { const gd = document.querySelector(sel + ' .js-plotly-plot');
-                   return gd && JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base])) !== window.__labBefore; }"""
+NEW_DATA = ("sel => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+            f" return gd && {GRAPH_DATA} !== window.__labBefore; }}")
 ERROR_SHOWN = "sel => !!document.querySelector(sel + ' .lab-widget-error')"
 
 
@@ -269,8 +272,8 @@ def typed_latency(page, explorer, css: str, box, value: str, probe: str = NEW_DA
     (by default: new plot data in the graph), timed in the page itself (performance.now), and
     whether the graph was redrawn in place (the same element: LivePlot's Plotly.react) rather than
     replaced by a new renderer."""
-    page.evaluate("sel => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
-                  " window.__labBefore = JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base])); }", css)
+    page.evaluate(f"sel => {{ const gd = document.querySelector(sel + ' .js-plotly-plot'); window.__labBefore = {GRAPH_DATA}; }}",
+                  css)
     explorer.locator(".js-plotly-plot").first.evaluate(f"gd => gd.dataset.labMark = '{value}'")
     box.fill(value)
     page.evaluate(PAGE_TIMER, [css, probe])

@@ -37,9 +37,7 @@ import plotly.io as pio
 from traitlets import TraitError
 
 from lab_utils.viz.controls import NumberText
-from lab_utils.viz.live_plot import LivePlot, figure_json, figure_output
-
-Spec = dict[str, Any]
+from lab_utils.viz.live_plot import LivePlot, Spec, figure_json, figure_output
 
 ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
                "padding:6px 10px;margin:4px 0;font-size:13px")

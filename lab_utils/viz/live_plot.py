@@ -2,8 +2,8 @@
 
 Replacing the Output's content makes the page build a new renderer that
 draws the whole figure from scratch and rasterises it (0.4-0.7 s per change in headless Chromium on
-2 cores). ``LivePlot`` is a tiny anywidget (its module is a few hundred bytes, so it loads well
-within anywidget's window) that holds the figure's JSON. When its view finds the graph the Output
+2 cores). ``LivePlot`` is a tiny anywidget (its module is about 1.2 KB, against plotly's 5 MB, so it loads
+well within anywidget's window) that holds the figure's JSON. When its view finds the graph the Output
 drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports ``live``; from
 then on a change only updates ``plot.figure`` and the view calls ``Plotly.react`` on that graph,
 which redraws only what changed. Until then, or where no such page exists (papermill, nbval, VS
