@@ -5,11 +5,15 @@
 Timings (median of --repeats, interleaved so drifting machine load hits all alike):
   bare-empty   `torchrun --standalone --nproc-per-node N empty.py`: the literal floor
   bare-init    torchrun of a minimal distributed program (init_process_group, barrier, destroy)
-  cold         lab_utils.run(trivial, N, cold=True): a fresh torchrun launch per call
+  cold         lab_utils.run(trivial, N, cold=True): a fresh torchrun launch per call, its agent
+               forked from the zygote (torch already imported)
+  cold-exec    the same with LAB_UTILS_ZYGOTE=0: the agent is a new Python that imports torch
   warm         lab_utils.run(trivial, N): the same call on the warm pool
   %%ranks      a notebook cell `%%ranks` with one all-reduce, in a real Jupyter kernel, from
                execute_request to the last rank's output line (nbclient)
 Then 100 pooled runs in a row with a crash every 10th: crashes reported, results right, orphans.
+Then the CPU seconds of one cold launch with the pool's preload (torch._dynamo), zygote vs new
+Python: what the kernel counted for the agent and its ranks (/proc and getrusage).
 Targets: warm <= 0.3 s and >= 8x faster than cold; %%ranks <= 0.3 s; 0 orphans, 10/10 crashes
 named, 90/90 results right; cold / bare-empty <= 1.15.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,6 +66,34 @@ def timed_run(**kw) -> float:
     start = time.perf_counter()
     run(trivial, kw.pop("nproc"), quiet=True, **kw)
     return time.perf_counter() - start
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and of the children it has reaped (/proc/PID/stat, fields 14-17)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def launch_cpu(nproc: int, forked: bool) -> float:
+    """CPU of one cold launch (agent + ranks) with the pool's preload, as the kernel counted it."""
+    from lab_utils.runtime import zygote
+
+    os.environ[zygote.SWITCH] = "1" if forked else "0"
+    try:
+        if forked:
+            run(trivial, nproc, cold=True, quiet=True, preload=pools.POOL_PRELOAD)  # the zygote is up
+            before = _tree_cpu(zygote._ZYGOTE.proc.pid)
+        else:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run(trivial, nproc, cold=True, quiet=True, preload=pools.POOL_PRELOAD)
+        if forked:
+            time.sleep(1.5)  # the zygote reaps its exited agents within a second
+            return _tree_cpu(zygote._ZYGOTE.proc.pid) - before
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    finally:
+        del os.environ[zygote.SWITCH]
 
 
 def cell_latency(nproc: int, repeats: int) -> list[float]:
@@ -138,11 +171,14 @@ def main() -> None:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ns.nproc}"]
 
     run(trivial, ns.nproc, quiet=True)  # starts the pool (and imports torch here)
-    samples: dict[str, list[float]] = {"bare-empty": [], "bare-init": [], "cold": [], "warm": []}
+    samples: dict[str, list[float]] = {"bare-empty": [], "bare-init": [], "cold": [], "cold-exec": [], "warm": []}
     for _ in range(ns.repeats):
         samples["bare-empty"].append(time_cmd(torchrun + [empty]))
         samples["bare-init"].append(time_cmd(torchrun + [minimal]))
         samples["cold"].append(timed_run(nproc=ns.nproc, cold=True))
+        os.environ["LAB_UTILS_ZYGOTE"] = "0"
+        samples["cold-exec"].append(timed_run(nproc=ns.nproc, cold=True))
+        del os.environ["LAB_UTILS_ZYGOTE"]
         samples["warm"].append(timed_run(nproc=ns.nproc))
     if not ns.skip_cell:
         samples["%%ranks"] = cell_latency(ns.nproc, ns.repeats)
@@ -157,6 +193,10 @@ def main() -> None:
         print(f"%%ranks cell with one all-reduce: {med['%%ranks']:.3f} s (target <= 0.3)")
     print(f"cold / bare-empty = {med['cold'] / med['bare-empty']:.2f} (target <= 1.15), "
           f"cold / bare-init = {med['cold'] / med['bare-init']:.2f}")
+    cpu = {name: statistics.median(launch_cpu(ns.nproc, forked) for _ in range(ns.repeats))
+           for name, forked in (("zygote", True), ("new Python", False))}
+    print(f"CPU of one cold launch with torch._dynamo preloaded (agent + {ns.nproc} ranks, median): "
+          f"zygote {cpu['zygote']:.2f} s, new Python {cpu['new Python']:.2f} s")
     note = oversubscription_note(ns.nproc, "gloo")
     if note:
         print(note)

@@ -1,11 +1,11 @@
 """The flake hunt (`make soak`): the multi-rank tests and the notebooks, again and again.
 
-    .venv/bin/python benchmarks/soak.py [--test-runs 20] [--notebook-runs 5] [--jobs 4]
+    .venv/bin/python benchmarks/soak.py [--test-runs 20] [--notebook-runs 5] [--jobs 4] [--browser-runs 1]
 
 Runs every multi-rank test file --test-runs times and every notebook --notebook-runs times in quick
 mode (nbval, tests/test_notebooks.py), each pass on --jobs pytest-xdist workers (load on purpose: a race shows up sooner
 under load), then prints one row per test id that ever failed, and a total. A flake found here is
-fixed at its cause, never retried away. Last, the browser test once with the page's CPU throttled 20x
+fixed at its cause, never retried away. Last, the browser test (--browser-runs times) with the page's CPU throttled 20x
 (LAB_BROWSER_CPU_THROTTLE, tests/test_browser.py). Exit status 1 if anything failed.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> int:
     parser.add_argument("--test-runs", type=int, default=20)
     parser.add_argument("--notebook-runs", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=4)
+    parser.add_argument("--browser-runs", type=int, default=1, help="the browser test, CPU throttled 20x")
     ns = parser.parse_args()
     out = ROOT / "build" / "soak"
     out.mkdir(parents=True, exist_ok=True)
@@ -44,7 +45,7 @@ def main() -> int:
     runs: dict[str, int] = defaultdict(int)
     failures: dict[str, list[str]] = defaultdict(list)
     plan = [("tests", multi)] * ns.test_runs + [("notebooks", notebooks)] * ns.notebook_runs
-    plan.append(("slow-browser", ["tests/test_browser.py"]))  # 20x CPU throttling: see that file
+    plan += [("slow-browser", ["tests/test_browser.py"])] * ns.browser_runs  # 20x CPU throttling: see that file
     for i, (kind, targets) in enumerate(plan):
         report = out / f"{kind}_{i}.xml"
         extra = {"LAB_BROWSER_CPU_THROTTLE": "20"} if kind == "slow-browser" else None

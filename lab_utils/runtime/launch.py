@@ -6,7 +6,8 @@
 How it works: ``fn`` and its arguments are pickled with cloudpickle (so a function defined in
 a notebook cell travels by value), then ``torchrun`` - the same launcher used on clusters -
 starts the ranks, forked from torchrun's agent (``--run-path --start-method fork``), which has
-already imported torch, so N ranks start about as fast as one ``import torch``. Each rank runs
+already imported torch, so N ranks start about as fast as one ``import torch``; and the agent is
+itself forked from the launcher's zygote (``zygote.py``), so usually not even that. Each rank runs
 ``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
 
 Warm ranks (``pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts a

@@ -1,8 +1,9 @@
 """The torchrun process behind a run or a pool: its folder, its command line, starting and killing it.
 
 ``launch.run`` and ``pool.Pool`` both start ranks through ``start_agent``: torchrun (through
-``lab_utils.runtime.agent``) with the ranks forked from it, in a process group of its own so one
-``killpg`` ends everything, holding the read end of the caller's lifeline (``lifeline.py``).
+``lab_utils.runtime.agent``, forked from the zygote where it can: ``zygote.py``) with the ranks
+forked from it, in a process group of its own so one ``killpg`` ends everything, holding the read
+end of the caller's lifeline (``lifeline.py``).
 Run folders (``$TMPDIR/lab_utils_run_*``) carry their owner's pid and start time; a folder whose
 owner is gone is removed by the next launch.
 """
@@ -21,11 +22,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from lab_utils.runtime import lifeline
+from lab_utils.runtime import lifeline, zygote
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 TMP_PREFIX = "lab_utils_run_"
+AGENT = [sys.executable, "-m", "lab_utils.runtime.agent"]  # torchrun, after importing LAB_UTILS_PRELOAD
 _LIVE: set["Agent"] = set()  # agents still running, for atexit
 
 
@@ -74,8 +76,7 @@ def torchrun_command(world_size: int, worker_args: list[str]) -> list[str]:
     the rank waits on that lock forever (seen here about once in 20 launches).
     """
     return [
-        sys.executable, "-m", "lab_utils.runtime.agent",  # torchrun, after importing LAB_UTILS_PRELOAD
-        "--nnodes", "1", "--rdzv-backend", "c10d",
+        *AGENT, "--nnodes", "1", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "127.0.0.1:0",  # port 0: a free port, so two runs never collide
         "--rdzv-id", uuid.uuid4().hex,
         "--nproc-per-node", str(world_size),
@@ -89,7 +90,7 @@ def torchrun_command(world_size: int, worker_args: list[str]) -> list[str]:
 class Agent:
     """A running torchrun agent (and the ranks it forked): its output lines and lifeline."""
 
-    proc: subprocess.Popen
+    proc: "subprocess.Popen | zygote.ForkedAgent"
     lines: "queue.Queue[str | None]"
     lifeline_fd: int
 
@@ -136,11 +137,13 @@ def start_agent(world_size: int, worker_args: list[str], threads: int, preload: 
                # gloo picks its network interface by resolving the host name unless told;
                # name it, so forked ranks never enter the resolver (see torchrun_command)
                GLOO_SOCKET_IFNAME="lo", **{lifeline.ENV_FD: str(read_fd)}, **(extra_env or {}))
+    command = torchrun_command(world_size, worker_args)
     try:
-        proc = subprocess.Popen(torchrun_command(world_size, worker_args), env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
-                                start_new_session=True)  # own process group: one killpg ends all
+        # forked from the zygote (torch already imported) where it can, else a new Python
+        proc = zygote.fork_agent(command[len(AGENT):], env, read_fd) or subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
+            start_new_session=True)  # own process group: one killpg ends all
     finally:
         os.close(read_fd)  # the children hold it; the write end stays here alone
     lines: queue.Queue[str | None] = queue.Queue()

@@ -1,0 +1,71 @@
+"""The zygote (lab_utils/runtime/zygote.py): an agent forked from it is what a new Python would be.
+
+Cold launches here, so every test starts an agent. What a rank reports (its environment, command
+line, sys.path, threads, its agent's parent) is compared between the zygote and a new Python.
+"""
+import os
+import sys
+
+import pytest
+
+from lab_utils import run
+from lab_utils.runtime import zygote
+
+
+def probe(ctx):
+    """What a rank sees: a module-level function, so it travels by reference (sys.path must work)."""
+    import torch
+
+    agent = os.getppid()
+    with open(f"/proc/{agent}/stat") as f:
+        agent_parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{agent}/cmdline", "rb") as f:
+        agent_cmdline = f.read().split(b"\0")
+    return {"seen": os.environ.get("LAB_UTILS_TEST_SEEN"), "threads": torch.get_num_threads(),
+            "agent_parent": agent_parent, "agent_cmdline": agent_cmdline,
+            "session_leader": os.getsid(0) == agent, "cwd": os.getcwd(),
+            "here": os.path.dirname(os.path.abspath(__file__)) in sys.path}
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["zygote", "new-python"])
+def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(forked, monkeypatch, tmp_path):
+    monkeypatch.setenv(zygote.SWITCH, "1" if forked else "0")
+    monkeypatch.setenv("LAB_UTILS_TEST_SEEN", "set after the zygote started")
+    monkeypatch.chdir(tmp_path)
+    results = run(probe, 2, cold=True, quiet=True)
+    for rank, r in enumerate(results):
+        assert r["seen"] == "set after the zygote started", f"rank {rank}: the launch's environment is missing"
+        assert r["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
+        assert r["session_leader"], "the agent must lead its own session (one killpg ends agent and ranks)"
+        assert r["cwd"] == str(tmp_path) and r["here"]
+        assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.agent"], r["agent_cmdline"][:4]
+        assert any(arg.endswith(b"lab_utils/runtime/worker.py") for arg in r["agent_cmdline"])
+        if forked:
+            assert zygote._ZYGOTE is not None and r["agent_parent"] == zygote._ZYGOTE.proc.pid
+        else:
+            assert r["agent_parent"] == os.getpid()
+
+
+def test_an_import_time_variable_that_changed_replaces_the_zygote(monkeypatch):
+    monkeypatch.setenv(zygote.SWITCH, "1")
+    run(probe, 2, cold=True, quiet=True)
+    before = zygote._ZYGOTE
+    assert before is not None
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "0" if os.environ.get("TORCH_SHOW_CPP_STACKTRACES") == "1" else "1")
+    results = run(probe, 2, cold=True, quiet=True)
+    assert zygote._ZYGOTE is not before and results[0]["agent_parent"] == zygote._ZYGOTE.proc.pid
+    before.proc.wait(timeout=10)  # the old zygote exits once its launcher lets go of it
+
+
+def test_a_zygote_that_cannot_start_falls_back_to_new_pythons(monkeypatch, capfd):
+    def refuse(self, env):
+        raise OSError("the zygote did not start: (simulated)")
+
+    monkeypatch.setenv(zygote.SWITCH, "1")
+    monkeypatch.setattr(zygote, "_ZYGOTE", None)
+    monkeypatch.setattr(zygote.Zygote, "__init__", refuse)
+    monkeypatch.setattr(zygote, "_FAILED", False)
+    results = run(probe, 2, cold=True, quiet=True)
+    assert [r["agent_parent"] for r in results] == [os.getpid()] * 2
+    assert "starting agents without the zygote (OSError: the zygote did not start: (simulated))" in capfd.readouterr().err
+    assert not zygote.enabled()
