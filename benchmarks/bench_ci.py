@@ -88,15 +88,17 @@ def main() -> None:
     if cpu_log.exists():
         for line in cpu_log.read_text().splitlines():
             row = json.loads(line)
-            if row["id"].startswith("tests/"):  # not the cells of an inner nbval run (counted in its test)
+            if row["id"] == "(worker exit)":  # pools, zygotes and their agents, reaped at the end
+                cpu["worker exit (pools, zygotes)"] += row["own"] + row["children"]
+            elif row["id"].startswith("tests/"):  # not the cells of an inner nbval run (counted in its test)
                 cpu[group_of(row["id"], unit, multi)] += row["own"] + row["children"]
     cores = os.cpu_count() or 1
     print(f"load average {os.getloadavg()[0]:.1f} on {cores} cores, {ns.jobs} workers")
     if venv_s is not None:
         print(f"  {'venv (fresh, pip cache warm)':44} {venv_s:7.1f} s")
     print(f"  {'group':44} {'wall':>7}   {'CPU':>7}  (seconds; wall sums overlap across workers)")
-    for name in sorted(groups, key=lambda n: (n.startswith("notebook"), n)):
-        print(f"  {name:44} {groups[name]:7.1f}   {cpu.get(name, 0.0):7.1f}")
+    for name in sorted(set(groups) | set(cpu), key=lambda n: (n.startswith("notebook"), n)):
+        print(f"  {name:44} {groups.get(name, 0.0):7.1f}   {cpu.get(name, 0.0):7.1f}")
     total = sum(cpu.values())
     print(f"CPU of all tests {total:.0f} s: on {cores} cores no packing finishes them in under "
           f"{total / cores:.0f} s")

@@ -124,9 +124,16 @@ class Zygote:
             os.close(write_fd)  # the agent holds it now: end-of-file once it and its ranks are gone
         return ForkedAgent(pickle.loads(reply), fds[0], os.fdopen(read_fd, "rb"))
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Let go of the zygote: it exits at once at end-of-file (its agents live on until killed).
+        Waiting for it reaps it, so its CPU time and its agents' count in this process's
+        RUSAGE_CHILDREN, as a new Python's would (``time make test``, benchmarks/cpu_per_test.py)."""
         self.closed = True
-        self.sock.close()  # the zygote exits at once at end-of-file; its agents live on until killed
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> ForkedAgent | None:
@@ -154,10 +161,10 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
             return None
 
 
-@atexit.register
+@atexit.register  # registered before process.py's, so it runs after the agents were killed
 def _stop() -> None:
     if _ZYGOTE is not None and _ZYGOTE.owner == os.getpid():
-        _ZYGOTE.stop()
+        _ZYGOTE.stop(wait_s=2.0)
 
 
 # ------------------------------------------------------------------- the zygote's side
@@ -177,6 +184,7 @@ def serve(fd: int) -> dict | None:
         if select.select([sock], [], [], 1.0)[0]:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
             if not msg:  # the launcher closed its end or died: nothing here to clean up
+                _reap()  # agents that exited: their CPU time joins this process's children's
                 os._exit(0)
             request = pickle.loads(msg)
             request["out"], request["lifeline"] = fds
@@ -191,11 +199,16 @@ def serve(fd: int) -> dict | None:
             pidfd = os.pidfd_open(pid)  # before any reaping: it names this child, never a reused pid
             socket.send_fds(sock, [pickle.dumps(pid)], [pidfd])
             os.close(pidfd)
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:  # reap agents that exited
-                pass
-        except ChildProcessError:
+        _reap()
+
+
+def _reap() -> None:
+    """Collect the agents that exited (no zombies; their CPU time is counted)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
             pass
+    except ChildProcessError:
+        pass
 
 
 def _preload_torch(env: dict[str, str]) -> None:
