@@ -30,6 +30,7 @@ def execute(src: Path, dest: Path, quick: bool) -> None:
     try:
         papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": quick},
                                    kernel_name="python3", cwd=str(src.parent), progress_bar=False,
+                                   request_save_on_cell_execute=False,  # written once at the end (or on an error)
                                    kernel_manager_class=AsyncIPCKernelManager)  # no TCP port race
     finally:
         if previous is None:
