@@ -11,6 +11,8 @@ import pytest
 from lab_utils import run
 from lab_utils.runtime import zygote
 
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs Linux (pidfd_open, /proc)")
+
 
 def probe(ctx):
     """What a rank sees: a module-level function, so it travels by reference (sys.path must work)."""

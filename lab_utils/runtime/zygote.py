@@ -2,8 +2,8 @@
 
 Every run that warm ranks do not serve (a cold run, a pool's start, the restart after a failure)
 starts torchrun's agent, and a new Python spends its first seconds importing torch (about 3 s of
-CPU) and the pool's preload ``torch._dynamo`` (about 3 s more). Measured over the multi-rank tests
-on 2 cores: about 10 launches a minute, a third of the machine's CPU. The zygote is ONE helper
+CPU) and the pool's preload ``torch._dynamo`` (about 3 s more). One pass over the multi-rank tests
+made 115 launches in 19 minutes on 2 cores, each paying that. The zygote is ONE helper
 process per launcher (a kernel, a script, a test worker) that has done those imports once. Each
 agent is forked from it: a copy-on-write copy, ready in milliseconds. The ranks are then forked
 from the agent, as before.
@@ -15,8 +15,8 @@ the launcher, ``lifeline.py``), a fresh import of lab_utils, and its own command
 (/proc/PID/cmdline). /proc/PID/environ still shows the zygote's start-up environment.
 
 Falls back to a new Python per agent (the old way) when fork servers are off (LAB_UTILS_ZYGOTE=0),
-not available (no ``os.pidfd_open``: not Linux), in a process forked from the launcher, or when the
-zygote cannot start. A variable that torch may read while it is imported (TORCH_*, OMP_*, ...)
+not available (no ``os.pidfd_open``: not Linux), or when the zygote cannot start or answer. A
+process forked from the launcher starts a zygote of its own. A variable that torch may read while it is imported (TORCH_*, OMP_*, ...)
 that changed since the zygote started replaces the zygote, so no agent inherits a stale one.
 """
 from __future__ import annotations
