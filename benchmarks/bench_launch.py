@@ -20,6 +20,7 @@ named, 90/90 results right; cold / bare-empty <= 1.15.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import statistics
@@ -35,6 +36,7 @@ import torch.distributed as dist  # noqa: E402
 
 from lab_utils import RankFailure, run  # noqa: E402
 from lab_utils.runtime import pool as pools  # noqa: E402
+from lab_utils.runtime import zygote  # noqa: E402
 from lab_utils.runtime.launch import oversubscription_note  # noqa: E402
 
 MINIMAL = """
@@ -75,12 +77,19 @@ def _tree_cpu(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+@contextlib.contextmanager
+def zygote_switch(on: bool):
+    """Agents forked from the zygote (on) or started as new Pythons (off), for the block."""
+    os.environ[zygote.SWITCH] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        del os.environ[zygote.SWITCH]
+
+
 def launch_cpu(nproc: int, forked: bool) -> float:
     """CPU of one cold launch (agent + ranks) with the pool's preload, as the kernel counted it."""
-    from lab_utils.runtime import zygote
-
-    os.environ[zygote.SWITCH] = "1" if forked else "0"
-    try:
+    with zygote_switch(forked):
         if forked:
             run(trivial, nproc, cold=True, quiet=True, preload=pools.POOL_PRELOAD)  # the zygote is up
             before = _tree_cpu(zygote._ZYGOTE.proc.pid)
@@ -92,8 +101,6 @@ def launch_cpu(nproc: int, forked: bool) -> float:
             return _tree_cpu(zygote._ZYGOTE.proc.pid) - before
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    finally:
-        del os.environ[zygote.SWITCH]
 
 
 def cell_latency(nproc: int, repeats: int) -> list[float]:
@@ -176,9 +183,8 @@ def main() -> None:
         samples["bare-empty"].append(time_cmd(torchrun + [empty]))
         samples["bare-init"].append(time_cmd(torchrun + [minimal]))
         samples["cold"].append(timed_run(nproc=ns.nproc, cold=True))
-        os.environ["LAB_UTILS_ZYGOTE"] = "0"
-        samples["cold-exec"].append(timed_run(nproc=ns.nproc, cold=True))
-        del os.environ["LAB_UTILS_ZYGOTE"]
+        with zygote_switch(False):
+            samples["cold-exec"].append(timed_run(nproc=ns.nproc, cold=True))
         samples["warm"].append(timed_run(nproc=ns.nproc))
     if not ns.skip_cell:
         samples["%%ranks"] = cell_latency(ns.nproc, ns.repeats)
