@@ -32,10 +32,16 @@ _LIVE: set["Agent"] = set()  # agents still running, for atexit
 
 
 # ------------------------------------------------------------------------ run folders
+def stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat from field 3 (state) on: index i is field i + 3 of proc(5). The command name
+    (field 2) may hold spaces and parentheses, so the split starts after its last ')'."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def _start_time(pid: int) -> str | None:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]  # field 22: start time since boot
+        return stat_fields(pid)[19]  # field 22: start time since boot
     except (OSError, IndexError):
         return None
 

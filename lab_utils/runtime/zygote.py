@@ -211,7 +211,7 @@ def _reap() -> None:
         pass
 
 
-def _preload_torch(env: dict[str, str]) -> None:
+def _preload_torch(env: dict[str, str]) -> bool:
     """Import a launch's torch preloads here too, so later launches get them free (the course's
     own modules are always imported fresh in the agent: they may change while the zygote lives).
     True if anything new was imported."""
@@ -228,9 +228,10 @@ def _preload_torch(env: dict[str, str]) -> None:
 
 def _show_command_line(args: list[str]) -> None:
     """Write the agent's command line over the zygote's blank one, for ps and /proc/PID/cmdline."""
+    from lab_utils.runtime.process import stat_fields
+
     try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = stat_fields("self")
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5), fields 48-49)
     except (OSError, ValueError, IndexError):
         return
@@ -257,8 +258,10 @@ def become_agent(request: dict, base_path: list[str]) -> None:
     for name in [m for m in sys.modules if m == "lab_utils" or m.startswith("lab_utils.")]:
         del sys.modules[name]  # the agent and its ranks import the course code fresh, from disk
     importlib.invalidate_caches()
-    _show_command_line([sys.executable, "-m", "lab_utils.runtime.agent", *request["argv"]])
     from lab_utils.runtime import agent
+    from lab_utils.runtime.process import AGENT
+
+    _show_command_line([*AGENT, *request["argv"]])
 
     agent.main(request["argv"])
 
