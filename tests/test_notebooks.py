@@ -1,8 +1,8 @@
 """Every lab notebook: follows the conventions, and runs top to bottom twice.
 
 * QUICK mode (CI's shortcut) under nbval (`--nbval-lax`; cells marked `# NBVAL_CHECK_OUTPUT` must
-  reproduce their saved output), in a pytest of its own per notebook, so the test run's workers
-  (pytest-xdist) can take different notebooks at once;
+  reproduce their saved output), in a pytest of its own per notebook (tests/nbval_quick.py), so the
+  test run's workers (pytest-xdist) can take different notebooks at once;
 * FULL mode with papermill, exactly what a learner's Run All in JupyterLab does; the executed
   copy goes to build/executed/full/.
 Both must pass.
@@ -38,9 +38,7 @@ def test_conventions(path):
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
 def test_quick_mode_runs_under_nbval(path):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "lab_utils.tools.ipc_kernels",
-           "--nbval-lax",
-           "--nbval-current-env", str(path.relative_to(ROOT))]
+    cmd = [sys.executable, str(ROOT / "tests" / "nbval_quick.py"), str(path.relative_to(ROOT))]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200,
                          env=dict(os.environ, LAB_QUICK="1"))
     assert res.returncode == 0, f"nbval failed on {path.name} (quick mode):\n{res.stdout[-6000:]}{res.stderr[-2000:]}"
