@@ -10,7 +10,7 @@ BUILD  := build
 
 .PHONY: lab test test-unit bench soak doctor strip clean-venv browser-deps site
 
-# The pins are installed by uv (pinned below; on the 2-core CI machine 39 s instead of pip's 91 s for the
+# The pins are installed by uv (pinned below; on the 2-core CI machine 43 s instead of pip's 91 s for the
 # whole step, see docs/CONTRIBUTING.md). uv reads no pip configuration, so the find-links pip is set up with
 # (PIP_FIND_LINKS, else pip.conf: e.g. a machine's local CPU torch wheel) are passed on. --compile-bytecode:
 # pip writes the .pyc files at install, uv only when asked, and without them every process under

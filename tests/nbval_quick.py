@@ -12,11 +12,14 @@ it is started 13 times per suite run, and two imports cost more CPU than most of
 import os
 import sys
 
-sys.modules["rfc3987_syntax"] = None  # an import of it now raises ImportError, which jsonschema allows
-os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 
-import pytest  # noqa: E402
+def main(notebooks: list[str]) -> int:
+    sys.modules["rfc3987_syntax"] = None  # an import of it now raises ImportError, which jsonschema allows
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    import pytest
+    return pytest.main(["-q", "-p", "no:cacheprovider", "-p", "lab_utils.tools.ipc_kernels", "-p", "nbval.plugin",
+                        "-p", "pytest_timeout", "--nbval-lax", "--nbval-current-env", *notebooks])
+
 
 if __name__ == "__main__":
-    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "lab_utils.tools.ipc_kernels", "-p", "nbval.plugin", "-p", "pytest_timeout",
-                          "--nbval-lax", "--nbval-current-env", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

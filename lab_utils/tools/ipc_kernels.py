@@ -6,7 +6,7 @@ torchrun rendezvous and gloo listeners of the parallel test workers), one of the
 port in between, and the kernel dies at start ("Address already in use"; seen once in a clean-clone
 `make test`). With the ipc transport the sockets are files next to the kernel's connection file:
 no port to lose. Used by ``nbtools.execute`` (papermill) and, as a pytest plugin
-(``-p lab_utils.tools.ipc_kernels``), by the nbval runs in tests/test_notebooks.py.
+(``-p lab_utils.tools.ipc_kernels``), by the nbval runs (tests/nbval_quick.py).
 """
 from __future__ import annotations
 
