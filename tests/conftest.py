@@ -9,10 +9,16 @@
 * ``on_ranks(fn, world_size, *args, **kw)`` (a fixture): ``lab_utils.run`` that turns a rank's
   failed ``assert`` back into an AssertionError in pytest, with the rank's ORIGINAL message and
   traceback, so an assertion can sit on the rank, next to what it checks.
+* ``die_with_pytest`` (a fixture): a ``preexec_fn`` for a long-lived child a test starts (a
+  JupyterLab server, an nbval run): the child gets SIGTERM when pytest exits, however it exits.
+  A SIGTERM or SIGKILL to pytest runs no fixture finalizer, and such a child outlived it.
 """
 from __future__ import annotations
 
+import ctypes
 import re
+import signal
+import sys
 from typing import Any, Callable
 
 import cloudpickle
@@ -58,3 +64,18 @@ def run_on_ranks(fn: Callable, world_size: int, *args: Any, **kwargs: Any):
 @pytest.fixture(scope="session")
 def on_ranks() -> Callable:
     return run_on_ranks
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _sigterm_when_parent_exits() -> None:
+    """Runs in the child between fork and exec. The signal follows the parent THREAD that forked
+    it; here that is pytest's main thread (xdist runs tests there too), which lives as long as pytest."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def die_with_pytest() -> Callable[[], None]:
+    return _sigterm_when_parent_exits

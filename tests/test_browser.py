@@ -79,7 +79,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def jupyter(tmp_path_factory):
+def jupyter(tmp_path_factory, die_with_pytest):
     """A JupyterLab server on a copy of labs/, with settings that keep the page deterministic."""
     home = tmp_path_factory.mktemp("jupyter")
     labs = home / "labs"
@@ -105,7 +105,7 @@ def jupyter(tmp_path_factory):
          f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={labs}",
          "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0",
          *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers run as root
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_pytest)
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:

@@ -37,10 +37,10 @@ def test_conventions(path):
 
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
-def test_quick_mode_runs_under_nbval(path):
+def test_quick_mode_runs_under_nbval(path, die_with_pytest):
     cmd = [sys.executable, str(ROOT / "tests" / "nbval_quick.py"), str(path.relative_to(ROOT))]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                         env=dict(os.environ, LAB_QUICK="1"))
+                         env=dict(os.environ, LAB_QUICK="1"), preexec_fn=die_with_pytest)
     assert res.returncode == 0, f"nbval failed on {path.name} (quick mode):\n{res.stdout[-6000:]}{res.stderr[-2000:]}"
 
 

@@ -179,3 +179,32 @@ def _owner(path: str) -> int | None:
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def test_the_suites_own_servers_die_with_pytest(die_with_pytest):
+    """The long-lived children the suite starts itself (the browser test's JupyterLab server, each
+    nbval run) use conftest's ``die_with_pytest``: SIGKILL a stand-in for pytest (forked from this
+    one) and its child, started the same way, is gone within 2 s. Without it a killed pytest left
+    a JupyterLab server and its kernel running."""
+    mark = uuid.uuid4().hex
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the stand-in for pytest: start the child, report its pid, wait to be killed
+        try:
+            os.close(read_fd)
+            child = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{MARK: mark}),
+                                     preexec_fn=die_with_pytest)
+            os.write(write_fd, str(child.pid).encode())
+            os.close(write_fd)
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        child = int(f.read())
+    try:
+        assert marked_pids(mark, pid) == [child]
+    finally:
+        os.kill(pid, signal.SIGKILL)  # no finalizer, no atexit: what `kill -9` does to pytest
+        os.waitpid(pid, 0)
+    assert gone_within(mark, pid, 2.0) == []
