@@ -160,7 +160,10 @@ def wait_for_first_draw(page, explorer, css: str) -> str:
 def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int):
     page = browser.new_page()
     page.set_default_timeout(RENDER_TIMEOUT_MS)  # clicks and key presses too (a throttled page)
-    page.goto(f"{base}/lab/tree/{notebook.name}?token={token}")
+    # a workspace of its own: in the shared default one, JupyterLab reopens every notebook an
+    # earlier test opened (their kernels still live), and `.first` of an explorer's CSS class found
+    # the graph in a background tab, which Playwright rightly calls hidden (the throttled run)
+    page.goto(f"{base}/lab/workspaces/{uuid.uuid4().hex[:12]}/tree/{notebook.name}?token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
                            " && window.jupyterapp.shell.currentWidget.sessionContext"
                            " && window.jupyterapp.shell.currentWidget.sessionContext.session"
@@ -182,6 +185,8 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
         if (panel.content.activeCellIndex !== index) throw new Error('could not select cell ' + index);
         await window.jupyterapp.commands.execute('notebook:run-cell');
     }""", [notebook.name, index])
+    tabs = page.evaluate("() => [...window.jupyterapp.shell.widgets('main')].map(w => w.title.label)")
+    assert tabs == [notebook.name], f"the page must show only {notebook.name}, it has the tabs {tabs}"
     return page
 
 
