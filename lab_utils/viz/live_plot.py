@@ -69,21 +69,27 @@ class LivePlot(anywidget.AnyWidget):
                           return box && box.querySelector('.js-plotly-plot'); };
     function render({ model, el }) {
       let live = false, stopped = false, tries = 0;
+      el.dataset.labLive = 'waiting';  // 'live' once it redraws in place: read by tests/test_browser.py
       const draw = () => {
         const gd = graph(el);
         if (!gd || !gd._fullLayout || !window.Plotly || !model.get('figure')) return false;
-        const fig = JSON.parse(model.get('figure'));
-        window.Plotly.react(gd, fig.data, fig.layout);
-        return true;
+        try {
+          const fig = JSON.parse(model.get('figure'));
+          window.Plotly.react(gd, fig.data, fig.layout);
+          return true;
+        } catch (err) {  // thrown out of a timer, it would end the watch for good: try again later
+          el.dataset.labLiveError = String(err).slice(0, 200);
+          return false;
+        }
       };
       const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once a second)
         if (stopped) return;
-        if (draw()) { live = true; model.set('live', true); model.save_changes(); return; }
+        if (draw()) { live = true; el.dataset.labLive = 'live'; model.set('live', true); model.save_changes(); return; }
         setTimeout(watch, ++tries < 300 ? 100 : 1000);
       };
       const changed = () => {
         if (!live || draw()) return;
-        live = false; tries = 0;
+        live = false; tries = 0; el.dataset.labLive = 'waiting';
         model.set('live', false); model.save_changes();  // Python redraws through the Output
         watch();
       };
