@@ -332,7 +332,8 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
         for name, ms in latencies.items():
             print(f"{name}: {[round(x) for x in ms]} ms")
         # the first change may still replace the graph (the view reports live after the first draw)
-        assert all(all(flags[1:]) for flags in in_place.values()), f"not redrawn in place: {in_place}"
+        views = page.evaluate("() => [...document.querySelectorAll('[data-lab-live]')].map(e => e.dataset.labLive)")
+        assert all(all(flags[1:]) for flags in in_place.values()), f"not redrawn in place: {in_place}; views: {views}"
     except Exception:
         page.screenshot(path=str(SHOTS / "latency-FAILED.png"), full_page=True)
         raise

@@ -69,7 +69,11 @@ class LivePlot(anywidget.AnyWidget):
                           return box && box.querySelector('.js-plotly-plot'); };
     function render({ model, el }) {
       let live = false, stopped = false, tries = 0;
-      el.dataset.labLive = 'waiting';  // 'live' once it redraws in place: read by tests/test_browser.py
+      const report = value => {  // to Python, and on the element for a page to read (tests/test_browser.py)
+        live = value; el.dataset.labLive = value ? 'live' : 'waiting';
+        model.set('live', value); model.save_changes();
+      };
+      el.dataset.labLive = 'waiting';
       const draw = () => {
         const gd = graph(el);
         if (!gd || !gd._fullLayout || !window.Plotly || !model.get('figure')) return false;
@@ -84,13 +88,13 @@ class LivePlot(anywidget.AnyWidget):
       };
       const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once a second)
         if (stopped) return;
-        if (draw()) { live = true; el.dataset.labLive = 'live'; model.set('live', true); model.save_changes(); return; }
+        if (draw()) { report(true); return; }
         setTimeout(watch, ++tries < 300 ? 100 : 1000);
       };
       const changed = () => {
         if (!live || draw()) return;
-        live = false; tries = 0; el.dataset.labLive = 'waiting';
-        model.set('live', false); model.save_changes();  // Python redraws through the Output
+        tries = 0;
+        report(false);  // Python redraws through the Output
         watch();
       };
       model.on('change:figure', changed);
