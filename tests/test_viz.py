@@ -16,7 +16,7 @@ from lab_utils.calc import GB, GiB
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
                            PlannerWidget, amdahl_explorer, bubble_explorer, collective_explorer,
                            memory_explorer, planner_widget, to_figure, training_cost_explorer)
-from lab_utils.viz.live_plot import figure_json
+from lab_utils.viz.live_plot import LivePlot, figure_json
 from lab_utils.viz.controls import NumberText
 
 approx = pytest.approx
@@ -87,6 +87,31 @@ def test_the_figure_travels_as_output_state_until_a_page_draws_it_live(factory):
         assert json.loads(w.plot.figure) != shown
     w.plot.live = False  # a redraw failed on the page: the Output shows the current figure
     assert w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"] == json.loads(w.plot.figure)
+
+
+def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeypatch):
+    """anywidget drops every message to a model whose module did not load within 2 s (a slow page):
+    its view renders without the figure Python set and reports "no-figure". The first report gets the
+    figure sent again (it may only be late); a second one makes the explorer swap in a fresh LivePlot
+    holding the same figure, closing the old one, at most MAX_PLOT_RENEWALS times."""
+    from lab_utils.viz import _base
+
+    w, sent = bubble_explorer(), []
+    monkeypatch.setattr(LivePlot, "send_state", lambda self, key=None: sent.append((self, key)))
+    report = {"type": "no-figure"}
+    first = w.plot
+    first._on_view_message(first, {"type": "something else"}, [])
+    first._on_view_message(first, report, [])
+    assert w.plot is first and sent == [(first, "figure")] and not first.deaf
+    first._on_view_message(first, report, [])
+    assert first.deaf and w.plot is not first and w.plot_renewals == 1
+    assert w.plot in w.children and first not in w.children and first.comm is None  # closed
+    assert w.plot.figure == first.figure and not w.plot.deaf
+    w.set(m="8")  # the explorer drives its new plot
+    assert json.loads(w.plot.figure) == w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    for _ in range(2 * _base.MAX_PLOT_RENEWALS):
+        w.plot._on_view_message(w.plot, report, [])
+    assert w.plot_renewals == _base.MAX_PLOT_RENEWALS and w.plot.deaf, "then the Output path stays"
 
 
 def _decoded(value):

@@ -100,6 +100,9 @@ def to_figure(spec: Spec) -> go.Figure:
     return go.Figure(spec)
 
 
+MAX_PLOT_RENEWALS = 4  # fresh LivePlot models after the page dropped one's messages (Explorer._on_deaf)
+
+
 class Explorer(widgets.VBox):
     """Base class; see the module docstring. ``set(**values)`` drives it from code."""
 
@@ -115,8 +118,7 @@ class Explorer(widgets.VBox):
         self.summary = widgets.HTML("")
         self._figure, self._figure_spec = go.Figure(), None  # see the ``figure`` property
         self.view = widgets.Output(layout=widgets.Layout(width="100%"))
-        self.plot = LivePlot(layout=widgets.Layout(height="0px"))
-        self.plot.observe(self._on_live, names="live")
+        self.plot, self.plot_renewals = self._new_plot(), 0
         self.state: Any = None  # the last VALID state (what the figure shows)
         self.spec: Spec | None = None  # the figure spec of that state (plain dicts)
         self._holding = False
@@ -261,6 +263,26 @@ class Explorer(widgets.VBox):
     def _on_live(self, change: dict[str, Any]) -> None:
         if not change["new"]:  # a view could not redraw in place: the Output shows the figure
             self._show_in_output()
+
+    def _new_plot(self) -> LivePlot:
+        plot = LivePlot(layout=widgets.Layout(height="0px"))
+        plot.observe(self._on_live, names="live")
+        plot.observe(self._on_deaf, names="deaf")
+        return plot
+
+    def _on_deaf(self, change: dict[str, Any]) -> None:
+        """The page drops every message to this LivePlot (anywidget gave up on it: live_plot.py), so
+        it can never go live. A fresh model gets a fresh 2-second window, on a page that is by now
+        less busy; its figure is set AFTER it opens, so a deaf one reports itself the same way. At
+        most MAX_PLOT_RENEWALS times: then the Output path (always correct, slower) stays."""
+        old = change["owner"]
+        if not change["new"] or old is not self.plot or self.plot_renewals >= MAX_PLOT_RENEWALS:
+            return
+        self.plot_renewals += 1
+        self.plot = self._new_plot()
+        self.plot.figure = old.figure
+        self.children = tuple(self.plot if child is old else child for child in self.children)
+        old.close()
 
     def _fail(self, message: str) -> bool:
         self._message = message

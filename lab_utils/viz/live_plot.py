@@ -2,9 +2,10 @@
 
 Replacing the Output's content makes the page build a new renderer that
 draws the whole figure from scratch and rasterises it (0.4-0.7 s per change in headless Chromium on
-2 cores). ``LivePlot`` is a tiny anywidget (its module is about 1.2 KB, against plotly's 5 MB, so it loads
-well within anywidget's window) that holds the figure's JSON. When its view finds the graph the Output
-drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports ``live``; from
+2 cores). ``LivePlot`` is a tiny anywidget (its module is about 1.2 KB, against plotly's 5 MB, so on
+a normal page it loads within anywidget's 2-second window; on a page too slow for that, the model is
+replaced: ``LivePlot._on_view_message``) that holds the figure's JSON. When its view finds the graph
+the Output drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports ``live``; from
 then on a change only updates ``plot.figure`` and the view calls ``Plotly.react`` on that graph,
 which redraws only what changed. Until then, or where no such page exists (papermill, nbval, VS
 Code, an anywidget that never loaded), the Output path runs as before, so the figure is never blank.
@@ -76,7 +77,11 @@ class LivePlot(anywidget.AnyWidget):
       el.dataset.labLive = 'waiting';
       const draw = () => {
         const gd = graph(el);
-        if (!gd || !gd._fullLayout || !window.Plotly || !model.get('figure')) return false;
+        const missing = !gd ? 'graph' : !gd._fullLayout ? 'drawn graph' : !window.Plotly ? 'Plotly'
+                        : !model.get('figure') ? 'figure' : '';
+        el.dataset.labLiveMissing = missing;  // what a waiting view still lacks (tests/test_browser.py)
+        if (missing === 'figure' && tries % 20 === 0) model.send({ type: 'no-figure' });  // see LivePlot
+        if (missing) return false;
         try {
           const fig = JSON.parse(model.get('figure'));
           window.Plotly.react(gd, fig.data, fig.layout);
@@ -105,5 +110,30 @@ class LivePlot(anywidget.AnyWidget):
     """
     figure = traitlets.Unicode("").tag(sync=True)
     live = traitlets.Bool(False).tag(sync=True)
+    deaf = traitlets.Bool(False)  # Python only: the page drops this model's messages (see below)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._no_figure_reports = 0
+        self.on_msg(self._on_view_message)
+
+    def _on_view_message(self, _widget: "LivePlot", content: Any, _buffers: list) -> None:
+        """A view reports that it has no figure, though Python set one right after opening the model.
+
+        The first report may only mean the update is still on its way: it is sent again. A second
+        one (about 2 s of the view's polling later) means the page drops this model's messages.
+        anywidget (0.11) does that to a model whose module did not load within 2 s of its
+        creation: ``Runtime.ready`` rejects at 2000 ms and ``AnyModel._handle_comm_msg`` awaits it
+        before handling ANY message, so the view still renders (from the opening state) but no
+        update or custom message ever reaches it. A page busy drawing six figures under 20x CPU
+        throttling hits that for most of its LivePlots. Such a model can never redraw in place:
+        ``deaf`` tells the owner (``_base.Explorer``), which replaces it with a fresh model."""
+        if not (isinstance(content, dict) and content.get("type") == "no-figure") or not self.figure:
+            return
+        self._no_figure_reports += 1
+        if self._no_figure_reports == 1:
+            self.send_state("figure")
+        else:
+            self.deaf = True
 
 
