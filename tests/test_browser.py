@@ -273,7 +273,8 @@ ERROR_SHOWN = "sel => !!document.querySelector(sel + ' .lab-widget-error')"
 
 
 LIVE_VIEWS = ("() => [...document.querySelectorAll('[data-lab-live]')]"
-              ".map(e => [e.dataset.labLive, e.dataset.labLiveMissing || '', e.dataset.labLiveError || ''])")
+              ".map(e => [e.dataset.labLive, e.dataset.labLiveMissing || '', e.dataset.labLiveError || '',"
+              " e.dataset.labLiveLog || ''])")
 
 
 def wait_until_every_view_is_live(page) -> None:
@@ -286,7 +287,7 @@ def wait_until_every_view_is_live(page) -> None:
             arg=len(EXPLORERS), timeout=RENDER_TIMEOUT_MS)
     except playwright.TimeoutError:
         pytest.fail(f"not every LivePlot view went live within {RENDER_TIMEOUT_MS / 1000:g} s; "
-                    f"views (live, missing, error): {page.evaluate(LIVE_VIEWS)}")
+                    f"views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}")
 
 
 def typed_latency(page, explorer, css: str, box, value: str, probe: str = NEW_DATA) -> tuple[float, bool]:
@@ -350,7 +351,7 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
         for name, ms in latencies.items():
             print(f"{name}: {[round(x) for x in ms]} ms")
         assert all(all(flags) for flags in in_place.values()), \
-            f"not redrawn in place: {in_place}; views (live, missing, error): {page.evaluate(LIVE_VIEWS)}"
+            f"not redrawn in place: {in_place}; views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}"
     except Exception:
         page.screenshot(path=str(SHOTS / "latency-FAILED.png"), full_page=True)
         raise

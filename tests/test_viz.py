@@ -113,6 +113,13 @@ def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeyp
         w.plot._on_view_message(w.plot, report, [])
     assert w.plot_renewals == _base.MAX_PLOT_RENEWALS and w.plot.deaf, "then the Output path stays"
 
+    w = bubble_explorer()
+    w.plot._on_view_message(w.plot, report, [])
+    w.plot.live = True  # the resent figure arrived and the view went live ...
+    live = w.plot
+    live._on_view_message(live, report, [])  # ... after it had sent its second report
+    assert w.plot is live and not live.deaf, "a live view's late report is not a deaf model"
+
 
 def _decoded(value):
     """plotly's typed-array JSON ({"dtype", "bdata"}) as lists, everything else as it is."""

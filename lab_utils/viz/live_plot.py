@@ -70,8 +70,13 @@ class LivePlot(anywidget.AnyWidget):
                           return box && box.querySelector('.js-plotly-plot'); };
     function render({ model, el }) {
       let live = false, stopped = false, tries = 0;
+      const note = event => {  // the view's last events, seconds since page load (read by tests/test_browser.py)
+        const log = (el.dataset.labLiveLog || '').split(' ').filter(Boolean).slice(-11);
+        el.dataset.labLiveLog = [...log, `${event}@${(performance.now() / 1000).toFixed(1)}`].join(' ');
+      };
       const report = value => {  // to Python, and on the element for a page to read (tests/test_browser.py)
         live = value; el.dataset.labLive = value ? 'live' : 'waiting';
+        note(value ? 'live' : 'lost');
         model.set('live', value); model.save_changes();
       };
       el.dataset.labLive = 'waiting';
@@ -80,7 +85,9 @@ class LivePlot(anywidget.AnyWidget):
         const missing = !gd ? 'graph' : !gd._fullLayout ? 'drawn graph' : !window.Plotly ? 'Plotly'
                         : !model.get('figure') ? 'figure' : '';
         el.dataset.labLiveMissing = missing;  // what a waiting view still lacks (tests/test_browser.py)
-        if (missing === 'figure' && tries % 20 === 0) model.send({ type: 'no-figure' });  // see LivePlot
+        if (missing === 'figure' && tries % 20 === 0) {  // see LivePlot._on_view_message
+          note('no-figure'); model.send({ type: 'no-figure' });
+        }
         if (missing) return false;
         try {
           const fig = JSON.parse(model.get('figure'));
@@ -129,6 +136,8 @@ class LivePlot(anywidget.AnyWidget):
         throttling hits that for most of its LivePlots. Such a model can never redraw in place:
         ``deaf`` tells the owner (``_base.Explorer``), which replaces it with a fresh model."""
         if not (isinstance(content, dict) and content.get("type") == "no-figure") or not self.figure:
+            return
+        if self.live:  # a report sent before the resent figure arrived, handled after the view went live
             return
         self._no_figure_reports += 1
         if self._no_figure_reports == 1:
