@@ -16,7 +16,7 @@ from lab_utils.calc import GB, GiB
 from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
                            PlannerWidget, amdahl_explorer, bubble_explorer, collective_explorer,
                            memory_explorer, planner_widget, to_figure, training_cost_explorer)
-from lab_utils.viz.live_plot import LivePlot, figure_json
+from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, figure_json
 from lab_utils.viz.controls import NumberText
 
 approx = pytest.approx
@@ -93,9 +93,7 @@ def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeyp
     """anywidget drops every message to a model whose module did not load within 2 s (a slow page):
     its view renders without the figure Python set and reports "no-figure". The first report gets the
     figure sent again (it may only be late); a second one makes the explorer swap in a fresh LivePlot
-    holding the same figure, closing the old one, at most MAX_PLOT_RENEWALS times."""
-    from lab_utils.viz import _base
-
+    holding the same figure, closing the old one, at most MAX_RENEWALS times."""
     w, sent = bubble_explorer(), []
     monkeypatch.setattr(LivePlot, "send_state", lambda self, key=None: sent.append((self, key)))
     report = {"type": "no-figure"}
@@ -109,9 +107,9 @@ def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeyp
     assert w.plot.figure == first.figure and not w.plot.deaf
     w.set(m="8")  # the explorer drives its new plot
     assert json.loads(w.plot.figure) == w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"]
-    for _ in range(2 * _base.MAX_PLOT_RENEWALS):
+    for _ in range(2 * MAX_RENEWALS):
         w.plot._on_view_message(w.plot, report, [])
-    assert w.plot_renewals == _base.MAX_PLOT_RENEWALS and w.plot.deaf, "then the Output path stays"
+    assert w.plot_renewals == MAX_RENEWALS and w.plot.deaf, "then the Output path stays"
 
     w = bubble_explorer()
     w.plot._on_view_message(w.plot, report, [])

@@ -37,7 +37,7 @@ import plotly.io as pio
 from traitlets import TraitError
 
 from lab_utils.viz.controls import NumberText
-from lab_utils.viz.live_plot import LivePlot, Spec, figure_json, figure_output
+from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, Spec, figure_json, figure_output
 
 ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
                "padding:6px 10px;margin:4px 0;font-size:13px")
@@ -98,9 +98,6 @@ def _array(key: str, value: Any) -> Any:
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
     return go.Figure(spec)
-
-
-MAX_PLOT_RENEWALS = 4  # fresh LivePlot models after the page dropped one's messages (Explorer._on_deaf)
 
 
 class Explorer(widgets.VBox):
@@ -274,9 +271,9 @@ class Explorer(widgets.VBox):
         """The page drops every message to this LivePlot (anywidget gave up on it: live_plot.py), so
         it can never go live. A fresh model gets a fresh 2-second window, on a page that is by now
         less busy; its figure is set AFTER it opens, so a deaf one reports itself the same way. At
-        most MAX_PLOT_RENEWALS times: then the Output path (always correct, slower) stays."""
+        most MAX_RENEWALS times: then the Output path (always correct, slower) stays."""
         old = change["owner"]
-        if not change["new"] or old is not self.plot or self.plot_renewals >= MAX_PLOT_RENEWALS:
+        if not change["new"] or old is not self.plot or self.plot_renewals >= MAX_RENEWALS:
             return
         self.plot_renewals += 1
         self.plot = self._new_plot()

@@ -24,6 +24,7 @@ import traitlets
 Spec = dict[str, Any]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
+MAX_RENEWALS = 4  # fresh models for one explorer after the page dropped a model's messages (_base.py)
 
 
 def figure_json(spec: Spec) -> str | None:
