@@ -27,12 +27,12 @@ Gradient accumulation: run the first K-1 micro-batches inside `with ddp.no_sync(
 communication, .grad accumulates locally); the next synchronised backward reduces the sum.
 
 Teardown: these classes (and zero.ZeroOptimizer, fsdp.FSDP) keep ``group=None`` as None and let
-each collective resolve the default group; they never hold the default ProcessGroup object.
-Holding it (``dist.group.WORLD``) would keep the group alive after the caller's
-``destroy_process_group()``, and its destructor would run during interpreter shutdown instead
-(aborts at exit were reported under a plain ``torch.multiprocessing.spawn`` harness;
-tests/test_teardown.py runs that harness, docs/teardown.md has the clean teardown).
-Every async all-reduce is waited for in finish_gradient_synchronization and its handle dropped.
+each collective resolve the default group; they never hold the default ProcessGroup object. Every
+async all-reduce is waited for in finish_gradient_synchronization and its handle dropped. The
+hooks that launch collectives during backward run under backward_tls.without_autograd_context:
+without it, a rank under a plain ``torch.multiprocessing.spawn`` harness could abort at exit
+("terminate called without an active exception"; the cause is in docs/teardown.md, and
+tests/test_teardown.py runs that harness).
 """
 from __future__ import annotations
 
@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from lab_utils.parallel.backward_tls import without_autograd_context
 
 
 def broadcast_from_rank0(tensors: list[torch.Tensor], group: Any = None) -> None:
@@ -209,6 +211,7 @@ class BucketDDP(_DataParallelBase):
             buckets.append(Bucket(ps, buffer, offsets, self.group, self.world_size))
         return buckets
 
+    @without_autograd_context  # no Python object rides in the work: safe at exit (backward_tls.py)
     def _on_grad_ready(self, param: nn.Parameter) -> None:
         if self._sync_pending:  # under no_sync(): the gradient just accumulates in .grad
             self.grad_ready_fn(self._bucket_of[id(param)], param)

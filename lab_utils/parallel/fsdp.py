@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils.parallel.backward_tls import without_autograd_context
 from lab_utils.parallel.fsdp_units import WRAPPED, Unit, build_units, check_model
 from lab_utils.parallel.zero import AVG
 
@@ -159,6 +160,8 @@ class FSDP(nn.Module):
                 # runs when d loss / d out is ready, i.e. just before this unit's backward
                 t.register_hook(lambda _g, unit=unit: self._pre_backward(unit))
 
+    # The three backward hooks launch collectives: none may carry a Python object (backward_tls.py)
+    @without_autograd_context
     def _pre_backward(self, unit: Unit) -> None:
         if unit.in_backward:
             return
@@ -169,6 +172,7 @@ class FSDP(nn.Module):
         if self.prefetch:
             self._prefetch(self._neighbour(unit, -1) if unit is not self.root else self.units[-1])
 
+    @without_autograd_context
     def _input_grad_ready(self, unit: Unit) -> None:
         unit.waiting -= 1
         if unit.waiting == 0:
@@ -183,6 +187,7 @@ class FSDP(nn.Module):
         else:  # frozen, or no_sync: the full gradients stay and the next backward adds to them
             unit.free()
 
+    @without_autograd_context
     def _finish_backward(self) -> None:
         """End of backward: units whose input needs no gradient (the root, a first layer
         reading data) are reduced now; anything still gathered or in flight is freed."""

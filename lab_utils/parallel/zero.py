@@ -37,6 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lab_utils.calc._check import int_choice
+from lab_utils.parallel.backward_tls import without_autograd_context
 from lab_utils.reference import make_optimizer
 
 AVG = dist.ReduceOp.AVG  # the mean over ranks (gloo has it on torch 2.13; only PREMUL_SUM is not)
@@ -177,6 +178,7 @@ class ZeroOptimizer:
         """Phase 3: every rank contributes its updated shard; (K-1)/K x 4 P_u bytes sent."""
         dist.all_gather_single(u.full, u.shard.detach(), group=self.group)
 
+    @without_autograd_context  # safe at a plain interpreter exit (backward_tls.py)
     def _grad_arrived(self, u: FlatUnit) -> None:
         """Stage 2, during backward: phase 1 for unit `u` once its last gradient is in."""
         u.pending -= 1
