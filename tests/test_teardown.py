@@ -33,13 +33,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _harness_rank(rank: int, world: int, port: int, kind: str, log: str | None = None) -> None:
-    if log:  # this rank's stderr (and faulthandler's stacks, should it die by a signal) to a file
-        import faulthandler
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 2)
-        os.close(fd)
-        faulthandler.enable()
+def _harness_rank(rank: int, world: int, port: int, kind: str, log: str) -> None:
+    import faulthandler  # this rank's stderr (and faulthandler's stacks, should it die by a signal) to `log`
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    faulthandler.enable()
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -129,6 +128,7 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
     import torch.distributed as dist
     from torch import nn
 
+    from lab_utils.parallel.backward_tls import KEY
     from lab_utils.parallel.data_parallel import BucketDDP
     from lab_utils.parallel.fsdp import FSDP
     from lab_utils.parallel.zero import ZeroOptimizer
@@ -136,7 +136,7 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
     lin, seen = nn.Linear(4, 4), {}
 
     def plain_hook(p):
-        seen["object"] = torch._C._get_obj_in_tls("context")
+        seen["object"] = torch._C._get_obj_in_tls(KEY)
         seen["work"] = dist.all_reduce(p.grad, async_op=True)
 
     lin.weight.register_post_accumulate_grad_hook(plain_hook)
@@ -149,7 +149,7 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
 
     def spy(name):
         def collective(*args, **kwargs):
-            if torch._C._is_key_in_tls("context"):
+            if torch._C._is_key_in_tls(KEY):
                 carried.append(name)
             return originals[name](*args, **kwargs)
         return collective
@@ -158,23 +158,29 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
 
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(ctx.rank))
-    for name in COLLECTIVES:
-        setattr(dist, name, spy(name))
-    try:
+    def bucket_ddp():
         ddp = BucketDDP(model(), bucket_cap_bytes=100)
         ddp(x).sum().backward()
         ddp.finish_gradient_synchronization()
-        found = {"BucketDDP": list(carried)}
+
+    def zero2():
         m = model()
         zero = ZeroOptimizer(m, stage=2)
         m(x).sum().backward()
         zero.step()
-        found["ZeRO-2"] = carried[len(found["BucketDDP"]):]
-        fsdp = FSDP(model(), policy=nn.Linear, prefetch=True)
-        before = len(carried)
-        fsdp(x).sum().backward()
-        found["FSDP"] = carried[before:]
+
+    def fsdp():
+        FSDP(model(), policy=nn.Linear, prefetch=True)(x).sum().backward()
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(ctx.rank))
+    found = {}
+    for name in COLLECTIVES:
+        setattr(dist, name, spy(name))
+    try:
+        for label, train_step in (("BucketDDP", bucket_ddp), ("ZeRO-2", zero2), ("FSDP", fsdp)):
+            start = len(carried)
+            train_step()
+            found[label] = carried[start:]
     finally:
         for name, fn in originals.items():
             setattr(dist, name, fn)
