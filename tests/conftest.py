@@ -9,6 +9,11 @@
 * ``on_ranks(fn, world_size, *args, **kw)`` (a fixture): ``lab_utils.run`` that turns a rank's
   failed ``assert`` back into an AssertionError in pytest, with the rank's ORIGINAL message and
   traceback, so an assertion can sit on the rank, next to what it checks.
+* One shared zygote (lab_utils/runtime/zygote.py) for the whole run, started before the xdist workers:
+  every launcher under this pytest (workers, the notebooks' kernels, the scripts tests start) forks its
+  torchrun agents from it instead of importing torch into a zygote of its own (46 per run, ~3.3 CPU-s
+  each). Tests about a launcher's own zygote, or that find ranks by their start-up environment, use
+  the ``own_zygote`` fixture.
 * ``die_with_pytest`` (a fixture): a ``preexec_fn`` for a long-lived child a test starts (a
   JupyterLab server, an nbval run): the child gets SIGTERM when pytest exits, however it exits.
   A SIGTERM or SIGKILL to pytest runs no fixture finalizer, and such a child outlived it.
@@ -16,6 +21,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import signal
 import sys
@@ -26,8 +32,22 @@ import pytest
 import torch
 
 from lab_utils import RankFailure, run
+from lab_utils.runtime import zygote
 
 torch.set_num_threads(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and zygote.enabled() and zygote.SHARED not in os.environ:
+        os.environ[zygote.SHARED] = zygote.start_shared()[1]  # inherited by the workers and all they start
+
+
+@pytest.fixture
+def own_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's launches (and its subprocesses') use a zygote of their own, as outside the suite:
+    an agent forked from the shared zygote shows the shared zygote's start-up environment in
+    /proc/PID/environ, not this process's."""
+    monkeypatch.delenv(zygote.SHARED, raising=False)
 
 
 # The longest items (each notebook executed top to bottom) go FIRST, so that pytest-xdist's

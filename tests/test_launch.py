@@ -15,6 +15,7 @@ from lab_utils.runtime.pool import current as current_pool
 
 OWNER = "LAB_UTILS_TEST_OWNER"
 os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
+pytestmark = pytest.mark.usefixtures("own_zygote")  # ranks are found by their start-up environment
 
 
 def worker_pids() -> list[int]:

@@ -18,6 +18,8 @@ import pytest
 
 from lab_utils.runtime.process import TMP_PREFIX, clean_stale_run_dirs
 
+pytestmark = pytest.mark.usefixtures("own_zygote")  # ranks are found by their start-up environment
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "LAB_UTILS_TEST_MARK"
 

@@ -4,14 +4,18 @@ Cold launches here, so every test starts an agent. What a rank reports (its envi
 line, sys.path, threads, its agent's parent) is compared between the zygote and a new Python.
 """
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 
 from lab_utils import run
 from lab_utils.runtime import zygote
+from lab_utils.runtime.process import clean_stale_run_dirs
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs Linux (pidfd_open, /proc)")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs Linux (pidfd_open, /proc)"),
+              pytest.mark.usefixtures("own_zygote")]
 
 
 def probe(ctx):
@@ -29,9 +33,20 @@ def probe(ctx):
             "here": os.path.dirname(os.path.abspath(__file__)) in sys.path}
 
 
-@pytest.mark.parametrize("forked", [True, False], ids=["zygote", "new-python"])
-def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(forked, monkeypatch, tmp_path):
+@pytest.fixture(scope="module")
+def shared_zygote():
+    """A shared zygote of this module's own (the suite's is hidden by ``own_zygote``): (process, path)."""
+    return zygote.start_shared()
+
+
+@pytest.mark.parametrize("kind", ["zygote", "shared", "new-python"])
+def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(kind, monkeypatch, tmp_path, request):
+    forked = kind != "new-python"
     monkeypatch.setenv(zygote.SWITCH, "1" if forked else "0")
+    if kind == "shared":
+        server, path = request.getfixturevalue("shared_zygote")
+        monkeypatch.setenv(zygote.SHARED, path)
+        _let_go_of_own_zygote()  # a launcher that has one keeps it
     monkeypatch.setenv("LAB_UTILS_TEST_SEEN", "set after the zygote started")
     monkeypatch.chdir(tmp_path)
     results = run(probe, 2, cold=True, quiet=True)
@@ -43,7 +58,8 @@ def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(forked, monkeypa
         assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.agent"], r["agent_cmdline"][:4]
         assert any(arg.endswith(b"lab_utils/runtime/worker.py") for arg in r["agent_cmdline"])
         if forked:
-            assert zygote._ZYGOTE is not None and r["agent_parent"] == zygote._ZYGOTE.proc.pid
+            assert zygote._ZYGOTE is not None and r["agent_parent"] == zygote._ZYGOTE.pid
+            assert (zygote._ZYGOTE.pid == server.pid) if kind == "shared" else zygote._ZYGOTE.shared is None
         else:
             assert r["agent_parent"] == os.getpid()
 
@@ -55,7 +71,7 @@ def test_an_import_time_variable_that_changed_replaces_the_zygote(monkeypatch):
     assert before is not None
     monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "0" if os.environ.get("TORCH_SHOW_CPP_STACKTRACES") == "1" else "1")
     results = run(probe, 2, cold=True, quiet=True)
-    assert zygote._ZYGOTE is not before and results[0]["agent_parent"] == zygote._ZYGOTE.proc.pid
+    assert zygote._ZYGOTE is not before and results[0]["agent_parent"] == zygote._ZYGOTE.pid
     before.proc.wait(timeout=10)  # the old zygote exits once its launcher lets go of it
 
 
@@ -71,3 +87,52 @@ def test_a_zygote_that_cannot_start_falls_back_to_new_pythons(monkeypatch, capfd
     assert [r["agent_parent"] for r in results] == [os.getpid()] * 2
     assert "starting agents without the zygote (OSError: the zygote did not start: (simulated))" in capfd.readouterr().err
     assert not zygote.enabled()
+
+
+def _let_go_of_own_zygote() -> None:
+    if zygote._ZYGOTE is not None and zygote._ZYGOTE.shared is None:
+        zygote._ZYGOTE.stop()
+
+
+def test_a_launcher_with_other_import_time_variables_does_not_use_the_shared_zygote(monkeypatch, shared_zygote):
+    server, path = shared_zygote
+    monkeypatch.setenv(zygote.SWITCH, "1")
+    monkeypatch.setenv(zygote.SHARED, path)
+    _let_go_of_own_zygote()
+    run(probe, 2, cold=True, quiet=True)
+    assert zygote._ZYGOTE.pid == server.pid
+    monkeypatch.setenv("TORCH_SHOW_CPP_STACKTRACES", "0" if os.environ.get("TORCH_SHOW_CPP_STACKTRACES") == "1" else "1")
+    results = run(probe, 2, cold=True, quiet=True)
+    assert zygote._ZYGOTE.shared is None and results[0]["agent_parent"] == zygote._ZYGOTE.pid != server.pid
+
+
+def test_a_shared_zygote_ends_with_the_process_that_started_it(tmp_path):
+    """Whatever ends its starter (here SIGKILL: no atexit), the shared zygote exits: it holds the
+    read end of the starter's lifeline. A launcher that finds it gone starts a zygote of its own;
+    the socket's folder is a run folder, removed by the next launch."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import time; from lab_utils.runtime import zygote; p, path = zygote.start_shared(); "
+                               "print(p.pid, path, flush=True); time.sleep(120)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        pid, path = starter.stdout.readline().split()
+        assert zygote.Zygote(dict(os.environ), path).pid == int(pid)  # it answers
+    finally:
+        starter.kill()
+        starter.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z", "the shared zygote outlived its starter"
+    with pytest.raises(OSError):
+        zygote.Zygote(dict(os.environ), path)
+    clean_stale_run_dirs()  # what the next launch does: the killed starter's folder goes
+    assert not os.path.exists(os.path.dirname(path))
+
+
+def _state(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"

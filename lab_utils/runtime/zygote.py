@@ -14,17 +14,22 @@ the launcher's environment, working directory and sys.path, the launcher's lifel
 the launcher, ``lifeline.py``), a fresh import of lab_utils, and its own command line in ``ps``
 (/proc/PID/cmdline). /proc/PID/environ still shows the zygote's start-up environment.
 
+The zygote's own code (its imports, the fork, becoming the agent) is ``zygote_server.py``.
 Falls back to a new Python per agent (the old way) when fork servers are off (LAB_UTILS_ZYGOTE=0),
 not available (no ``os.pidfd_open``: not Linux), or when the zygote cannot start or answer. A
 process forked from the launcher starts a zygote of its own. A variable that torch may read while it is imported (TORCH_*, OMP_*, ...)
 that changed since the zygote started replaces the zygote, so no agent inherits a stale one.
+
+A SHARED zygote serves every launcher that inherits ``LAB_UTILS_ZYGOTE_SOCKET`` (its socket's path)
+and was started with the same import-time variables: the test suite starts one (tests/conftest.py),
+so its workers, its notebook kernels and the scripts its tests start do torch's imports once in all,
+not once each (46 zygotes of about 3.3 CPU-s each per suite run). It lives as long as the process that
+started it (``start_shared``). A launcher whose variables differ, or that cannot reach it, starts its own;
+one that already has its own keeps it.
 """
 from __future__ import annotations
 
 import atexit
-import ctypes
-import gc
-import importlib
 import os
 import pickle
 import select
@@ -36,10 +41,15 @@ import threading
 from lab_utils.runtime import lifeline
 
 SWITCH = "LAB_UTILS_ZYGOTE"
+SHARED = "LAB_UTILS_ZYGOTE_SOCKET"  # the path of a shared zygote's socket (start_shared)
 IMPORTS = ("torch", "torch.distributed.run", "torch._dynamo")  # _dynamo: the pool's preload
 # Read while torch is imported, so part of a zygote's identity; the launcher sets the rest per launch.
 _IMPORT_TIME = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "GOMP", "CUDA", "NCCL", "GLOO", "LD_", "PYTHON")
-_PER_LAUNCH = {"OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTORCH_NVML_BASED_CUDA_CHECK"}
+# GLOO_SOCKET_IFNAME: read when a rank creates its process group. TORCHINDUCTOR_CACHE_DIR: read when
+# inductor compiles, and written into os.environ by torch itself on first use (cache_dir_utils.cache_dir),
+# which started 8 extra zygotes per suite run.
+_PER_LAUNCH = {"OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTORCH_NVML_BASED_CUDA_CHECK",
+               "GLOO_SOCKET_IFNAME", "TORCHINDUCTOR_CACHE_DIR"}
 _ARGV_ROOM = 8192  # blank start-up argument: the room an agent's command line is written into
 REPLY_TIMEOUT_S = 180.0  # the zygote's imports on a loaded laptop, with margin
 _ZYGOTE: "Zygote | None" = None
@@ -52,7 +62,7 @@ def enabled() -> bool:
             and hasattr(socket, "send_fds"))
 
 
-def _identity(env: dict[str, str]) -> tuple:
+def identity(env: dict[str, str]) -> tuple:
     return (sys.executable, tuple(sorted((k, v) for k, v in env.items()
                                          if k.startswith(_IMPORT_TIME) and k not in _PER_LAUNCH)))
 
@@ -79,33 +89,38 @@ class ForkedAgent:
 
 
 class Zygote:
-    """The launcher's side: start the zygote, ask it for agents."""
+    """The launcher's side: start the zygote (or connect to a shared one), ask it for agents."""
 
-    def __init__(self, env: dict[str, str]):
-        from lab_utils.runtime.process import PACKAGE_ROOT
-
-        self.owner, self.identity = os.getpid(), _identity(env)
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        start_env = dict(env, PYTORCH_NVML_BASED_CUDA_CHECK="1", PYTHONUNBUFFERED="1")
-        start_env.pop(lifeline.ENV_FD, None)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lab_utils.runtime.zygote", str(theirs.fileno()), " " * _ARGV_ROOM],
-                env=start_env, cwd=PACKAGE_ROOT, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            theirs.close()
+    def __init__(self, env: dict[str, str], shared: str | None = None):
+        """A zygote of this launcher's own, or with ``shared`` the one listening there (OSError if
+        it is gone or was started with other import-time variables)."""
+        self.owner, self.identity, self.shared = os.getpid(), identity(env), shared
+        self.closed, self.proc = False, None
+        if shared is None:
+            self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                self.proc = subprocess.Popen(_server_command(str(theirs.fileno())), env=_start_env(env),
+                                             **_server_options((theirs.fileno(),)))
+            finally:
+                theirs.close()
+        else:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.settimeout(REPLY_TIMEOUT_S)
-        self.closed = False
         try:
-            reply = socket.recv_fds(self.sock, 1 << 16, 0)[0]
+            if shared is not None:
+                self.sock.connect(shared)
+            reply = self.sock.recv(1 << 16)  # "ready" once its imports are done, then (pid, identity)
         except BaseException:
             self.stop()
             raise
-        if reply != b"ready":
+        if not reply.startswith(b"ready"):
             self.stop()
             raise OSError("the zygote did not start: " + (reply.decode(errors="replace")[-2000:]
                                                            or "it exited before it was ready"))
+        self.pid, theirs = pickle.loads(reply[len(b"ready"):])
+        if theirs != self.identity:
+            self.stop()
+            raise OSError("the shared zygote was started with other import-time variables")
 
     def fork_agent(self, argv: list[str], env: dict[str, str], lifeline_fd: int) -> ForkedAgent:
         """An agent running ``python -m lab_utils.runtime.agent *argv`` in ``env``."""
@@ -130,10 +145,65 @@ class Zygote:
         RUSAGE_CHILDREN, as a new Python's would (``time make test``, benchmarks/cpu_per_test.py)."""
         self.closed = True
         self.sock.close()
+        if self.proc is None:  # a shared zygote: it serves others on
+            return
         try:
             self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _start_env(env: dict[str, str]) -> dict[str, str]:
+    start_env = dict(env, PYTORCH_NVML_BASED_CUDA_CHECK="1", PYTHONUNBUFFERED="1")
+    start_env.pop(lifeline.ENV_FD, None)
+    start_env.pop(SHARED, None)
+    return start_env
+
+
+def _server_command(*fds: str) -> list[str]:
+    return [sys.executable, "-m", "lab_utils.runtime.zygote_server", *fds, " " * _ARGV_ROOM]
+
+
+def _server_options(fds: tuple[int, ...]) -> dict:
+    from lab_utils.runtime.process import PACKAGE_ROOT
+
+    return dict(cwd=PACKAGE_ROOT, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def start_shared() -> tuple[subprocess.Popen, str]:
+    """Start a shared zygote for the launchers this process starts; returns it and its socket's path,
+    which the caller puts in ``LAB_UTILS_ZYGOTE_SOCKET``. Its imports run while the caller goes on
+    (a launcher that connects meanwhile waits for them). It exits when this process does, however
+    that happens: it holds the read end of this process's lifeline (lifeline.py), never written to."""
+    from lab_utils.runtime.process import make_run_dir
+
+    folder = make_run_dir()  # stamped with this process: removed by a later launch if it is killed
+    path = os.path.join(folder, "zygote.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    read_fd, write_fd = lifeline.create()  # the write end stays open here until this process ends
+    try:
+        proc = subprocess.Popen(_server_command(str(listener.fileno()), str(read_fd)),
+                                env=_start_env(dict(os.environ)), **_server_options((listener.fileno(), read_fd)))
+    finally:
+        listener.close()
+        os.close(read_fd)
+    atexit.register(_end_shared, proc, folder, write_fd)
+    return proc, path
+
+
+def _end_shared(proc: subprocess.Popen, folder: str, write_fd: int) -> None:
+    """At exit: end the zygote's lifeline now, and reap it (its agents' CPU time is counted)."""
+    import shutil
+
+    os.close(write_fd)
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        proc.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> ForkedAgent | None:
@@ -144,11 +214,18 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
         return None
     with _LOCK:
         try:
+            shared = os.environ.get(SHARED) or None
             if _ZYGOTE is not None and (_ZYGOTE.owner != os.getpid() or _ZYGOTE.closed
-                                        or _ZYGOTE.identity != _identity(env)):
+                                        or _ZYGOTE.identity != identity(env)
+                                        or _ZYGOTE.shared not in (None, shared)):
                 if _ZYGOTE.owner == os.getpid():
                     _ZYGOTE.stop()
                 _ZYGOTE = None
+            if _ZYGOTE is None and shared is not None:
+                try:
+                    _ZYGOTE = Zygote(env, shared)
+                except (OSError, EOFError, pickle.PickleError):
+                    pass  # gone, or other variables: a zygote of our own, as without it
             if _ZYGOTE is None:
                 _ZYGOTE = Zygote(env)
             return _ZYGOTE.fork_agent(argv, env, lifeline_fd)
@@ -165,110 +242,3 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
 def _stop() -> None:
     if _ZYGOTE is not None and _ZYGOTE.owner == os.getpid():
         _ZYGOTE.stop(wait_s=2.0)
-
-
-# ------------------------------------------------------------------- the zygote's side
-def serve(fd: int) -> dict | None:
-    """Fork an agent per request until the launcher is gone. Returns in each forked child (that
-    agent's request), or None if the imports failed."""
-    sock = socket.socket(fileno=fd)
-    try:
-        for name in IMPORTS:
-            importlib.import_module(name)
-    except BaseException as exc:
-        sock.send(f"importing {name} failed: {type(exc).__name__}: {exc}".encode())
-        return None
-    gc.freeze()  # the imports' objects: a forked agent's garbage collector skips them (fewer copied pages)
-    sock.send(b"ready")
-    while True:
-        if select.select([sock], [], [], 1.0)[0]:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
-            if not msg:  # the launcher closed its end or died: nothing here to clean up
-                _reap()  # agents that exited: their CPU time joins this process's children's
-                os._exit(0)
-            request = pickle.loads(msg)
-            request["out"], request["lifeline"] = fds
-            if _preload_torch(request["env"]):
-                gc.freeze()
-            pid = os.fork()
-            if pid == 0:
-                sock.close()
-                return request
-            for got in fds:
-                os.close(got)
-            pidfd = os.pidfd_open(pid)  # before any reaping: it names this child, never a reused pid
-            socket.send_fds(sock, [pickle.dumps(pid)], [pidfd])
-            os.close(pidfd)
-        _reap()
-
-
-def _reap() -> None:
-    """Collect the agents that exited (no zombies; their CPU time is counted)."""
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
-
-
-def _preload_torch(env: dict[str, str]) -> bool:
-    """Import a launch's torch preloads here too, so later launches get them free (the course's
-    own modules are always imported fresh in the agent: they may change while the zygote lives).
-    True if anything new was imported."""
-    new = False
-    for name in filter(None, env.get("LAB_UTILS_PRELOAD", "").split(",")):
-        if name.split(".")[0] == "torch" and name not in sys.modules:
-            try:
-                importlib.import_module(name)
-                new = True
-            except Exception:  # noqa: BLE001 - the agent imports it again and reports the error
-                pass
-    return new
-
-
-def _show_command_line(args: list[str]) -> None:
-    """Write the agent's command line over the zygote's blank one, for ps and /proc/PID/cmdline."""
-    from lab_utils.runtime.process import stat_fields
-
-    try:
-        fields = stat_fields("self")
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5), fields 48-49)
-    except (OSError, ValueError, IndexError):
-        return
-    text = "\0".join(args).encode()[:end - start - 1]
-    ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
-
-
-def become_agent(request: dict, base_path: list[str]) -> None:
-    """In the forked child: take the launch's session, streams, environment and paths, then run
-    the agent (``agent.main``) as ``python -m lab_utils.runtime.agent`` would."""
-    os.setsid()
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(request["out"], 1)
-    os.dup2(request["out"], 2)
-    os.close(devnull)
-    os.close(request["out"])
-    os.set_inheritable(request["lifeline"], True)
-    env = dict(request["env"], **{lifeline.ENV_FD: str(request["lifeline"])})
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(request["cwd"])
-    sys.path[:] = [request["cwd"], *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *base_path]
-    for name in [m for m in sys.modules if m == "lab_utils" or m.startswith("lab_utils.")]:
-        del sys.modules[name]  # the agent and its ranks import the course code fresh, from disk
-    importlib.invalidate_caches()
-    from lab_utils.runtime import agent
-    from lab_utils.runtime.process import AGENT
-
-    _show_command_line([*AGENT, *request["argv"]])
-
-    agent.main(request["argv"])
-
-
-if __name__ == "__main__":
-    _start_path = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))) | {os.getcwd()}
-    _base = [p for p in sys.path[1:] if p not in _start_path]
-    _request = serve(int(sys.argv[1]))
-    if _request is not None:  # a forked child: from here on, an agent
-        become_agent(_request, _base)
