@@ -1,8 +1,11 @@
 """The launcher: results come back, failures and hangs end cleanly, nothing is left behind."""
 import os
+import queue
+import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
 from lab_utils.runtime import pool as pools
-from lab_utils.runtime.launch import oversubscription_note
+from lab_utils.runtime.launch import oversubscription_note, wait_for_ranks
 from lab_utils.runtime.pool import current as current_pool
 
 OWNER = "LAB_UTILS_TEST_OWNER"
@@ -242,6 +245,24 @@ def exits_silently_on_rank_1(ctx):
     t = torch.ones(1)
     dist.all_reduce(t, group=ctx.group)
     return ctx.rank
+
+
+def test_a_dead_rank_is_named_when_the_output_ends_before_the_agent_is_seen_to_exit(tmp_path):
+    """End-of-file on the agent's output can come a moment before its pidfd says it exited: the
+    kernel closes a process's files before it announces its exit. Seen once under load (a clean
+    suite run): the launcher took end-of-file as the end, never looked for dead ranks, and the
+    rank below went unnamed ("ranks 0, 1, 2 exited without reporting a result")."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # rank 1: a process that has exited, with no report (os._exit)
+    for rank, pid in enumerate([os.getpid(), gone.pid, os.getpid()]):
+        (tmp_path / f"forked{rank}").write_text(str(pid))
+    for rank in (0, 2):
+        (tmp_path / f"rank{rank}.term").write_text("")  # stopped by torchrun after rank 1 died
+    lines: queue.Queue = queue.Queue()
+    lines.put(None)  # the agent's output has ended...
+    agent = types.SimpleNamespace(lines=lines, running=lambda: True)  # ...its exit is not yet announced
+    out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, False, time.perf_counter())
+    assert out.dead == [1]
 
 
 def test_a_rank_that_dies_silently_is_named_not_its_victims():
