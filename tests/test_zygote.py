@@ -12,6 +12,7 @@ import pytest
 
 from lab_utils import run
 from lab_utils.runtime import zygote
+from lab_utils.runtime.failures import _process_gone  # gone, or a zombie not yet reaped
 from lab_utils.runtime.process import clean_stale_run_dirs
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs Linux (pidfd_open, /proc)"),
@@ -121,18 +122,10 @@ def test_a_shared_zygote_ends_with_the_process_that_started_it(tmp_path):
         starter.kill()
         starter.wait()
     deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" and time.monotonic() < deadline:
+    while not _process_gone(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not os.path.exists(f"/proc/{pid}") or _state(pid) == "Z", "the shared zygote outlived its starter"
+    assert _process_gone(int(pid)), "the shared zygote outlived its starter"
     with pytest.raises(OSError):
         zygote.Zygote(dict(os.environ), path)
     clean_stale_run_dirs()  # what the next launch does: the killed starter's folder goes
     assert not os.path.exists(os.path.dirname(path))
-
-
-def _state(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"

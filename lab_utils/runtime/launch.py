@@ -146,7 +146,6 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
     """
     out = Outcome(log=[])
     first_error_at = all_done_at = None
-    output_closed = False
     ended: set[int] = set()
     next_progress = start + 10.0
     while True:
@@ -171,10 +170,6 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
             if now - all_done_at > TEARDOWN_GRACE_S:
                 break  # results are safe; a clean-up this slow is reported, not waited for
         if line is None or (not agent.running() and agent.lines.empty()):
-            # End-of-file: the agent and every rank have closed their output, i.e. exited. The
-            # agent's pidfd may turn readable a moment later (a process's files are closed before
-            # its exit is announced), so running() can still say True here.
-            output_closed = line is None
             break
         if first_error_at is not None and now - first_error_at > RESULT_GRACE_S:
             break  # give the others a moment to report, then stop them
@@ -187,7 +182,10 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
                   f"waiting for {fmt_ranks(waiting)}", flush=True)
             next_progress = now + 10.0
     out.failed = first_error_at is not None
-    if out.failed or output_closed or not agent.running():
+    # line None, end-of-file: the agent and every rank have closed their output, i.e. exited. The
+    # agent's pidfd may turn readable a moment later (a process's files are closed before its exit
+    # is announced), so running() can still say True here.
+    if out.failed or line is None or not agent.running():
         out.dead = dead_ranks(run_dir, world_size)
     if out.deadline_hit:
         request_stacks(run_dir, world_size)

@@ -33,6 +33,7 @@ import atexit
 import os
 import pickle
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -55,6 +56,7 @@ REPLY_TIMEOUT_S = 180.0  # the zygote's imports on a loaded laptop, with margin
 _ZYGOTE: "Zygote | None" = None
 _FAILED = False  # it could not start or answer here once: new Pythons from then on
 _LOCK = threading.Lock()
+_UNREACHABLE = (OSError, EOFError, pickle.PickleError)  # a zygote that cannot start or answer
 
 
 def enabled() -> bool:
@@ -196,8 +198,6 @@ def start_shared() -> tuple[subprocess.Popen, str]:
 
 def _end_shared(proc: subprocess.Popen, folder: str, write_fd: int) -> None:
     """At exit: end the zygote's lifeline now, and reap it (its agents' CPU time is counted)."""
-    import shutil
-
     os.close(write_fd)
     shutil.rmtree(folder, ignore_errors=True)
     try:
@@ -224,12 +224,12 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
             if _ZYGOTE is None and shared is not None:
                 try:
                     _ZYGOTE = Zygote(env, shared)
-                except (OSError, EOFError, pickle.PickleError):
+                except _UNREACHABLE:
                     pass  # gone, or other variables: a zygote of our own, as without it
             if _ZYGOTE is None:
                 _ZYGOTE = Zygote(env)
             return _ZYGOTE.fork_agent(argv, env, lifeline_fd)
-        except (OSError, EOFError, pickle.PickleError) as exc:
+        except _UNREACHABLE as exc:
             print(f"[lab_utils] note: starting agents without the zygote ({type(exc).__name__}: {exc})",
                   file=sys.stderr, flush=True)
             if _ZYGOTE is not None and _ZYGOTE.owner == os.getpid():

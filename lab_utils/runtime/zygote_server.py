@@ -20,14 +20,12 @@ import sys
 from lab_utils.runtime import lifeline
 from lab_utils.runtime.zygote import IMPORTS, identity
 
-_HELLO = b""  # what each launcher reads first (``_import``)
-
 
 def serve(fd: int) -> dict | None:
     """Fork an agent per request until the launcher is gone. Returns in each forked child (that
     agent's request), or None if the imports failed."""
     sock = socket.socket(fileno=fd)
-    if not _import(sock):
+    if _import(sock) is None:
         return None
     while True:
         if select.select([sock], [], [], 1.0)[0]:
@@ -45,7 +43,8 @@ def serve_shared(listen_fd: int, lifeline_fd: int) -> dict | None:
     gone (end-of-file on its lifeline). Returns in each forked child, as ``serve``."""
     listener = socket.socket(fileno=listen_fd)
     clients: list[socket.socket] = []
-    if not _import(None):
+    hello = _import(None)
+    if hello is None:
         return None
     while True:
         for ready in select.select([listener, lifeline_fd, *clients], [], [], 1.0)[0]:
@@ -53,7 +52,7 @@ def serve_shared(listen_fd: int, lifeline_fd: int) -> dict | None:
                 _reap()
                 os._exit(0)
             if ready is listener:
-                clients.extend(_greet(listener))
+                clients.extend(_greet(listener, hello))
                 continue
             try:
                 request = _answer(ready, [listener, *clients], lifeline_fd)
@@ -67,36 +66,36 @@ def serve_shared(listen_fd: int, lifeline_fd: int) -> dict | None:
         _reap()
 
 
-def _greet(listener: socket.socket) -> list[socket.socket]:
+def _greet(listener: socket.socket, hello: bytes) -> list[socket.socket]:
     """Accept a launcher and send it the hello ([] if it is already gone)."""
     try:
         client = listener.accept()[0]
     except OSError:
         return []
     try:
-        client.send(_HELLO)
+        client.send(hello)
     except OSError:
         client.close()
         return []
     return [client]
 
 
-def _import(sock: socket.socket | None) -> bool:
-    """The imports every agent shares; then the hello on ``sock``: "ready", this zygote's pid and the
-    import-time variables it started with (before the imports, which may set some)."""
-    global _HELLO
-    _HELLO = b"ready" + pickle.dumps((os.getpid(), identity(dict(os.environ))))
+def _import(sock: socket.socket | None) -> bytes | None:
+    """The imports every agent shares. Returns the hello each launcher reads first (also sent on
+    ``sock``): "ready", this zygote's pid and the import-time variables it started with (taken before
+    the imports, which may set some); None if an import failed."""
+    hello = b"ready" + pickle.dumps((os.getpid(), identity(dict(os.environ))))
     try:
         for name in IMPORTS:
             importlib.import_module(name)
     except BaseException as exc:
         if sock is not None:
             sock.send(f"importing {name} failed: {type(exc).__name__}: {exc}".encode())
-        return False
+        return None
     gc.freeze()  # the imports' objects: a forked agent's garbage collector skips them (fewer copied pages)
     if sock is not None:
-        sock.send(_HELLO)
-    return True
+        sock.send(hello)
+    return hello
 
 
 def _answer(sock: socket.socket, close_in_child: list[socket.socket], *fds_in_child: int) -> dict | None:
