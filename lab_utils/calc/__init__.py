@@ -32,8 +32,8 @@ from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_l
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
-                                 fit_alpha_beta, pp_bytes_per_microbatch, ring_bytes_per_rank,
-                                 tp_layer_comm)
+                                 fit_alpha_beta, hierarchical_all_reduce_time,
+                                 pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
                                      deepseek_v3_stage_memory)
@@ -71,7 +71,8 @@ __all__ = [
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",
-    "ring_bytes_per_rank", "collective_time", "alg_bandwidth", "busbw_factor", "bus_bandwidth",
+    "ring_bytes_per_rank", "collective_time", "hierarchical_all_reduce_time", "alg_bandwidth",
+    "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",
     "Bubble", "bubble", "SCHEDULES", "peak_in_flight", "p2p_factor", "pipeline_facts",

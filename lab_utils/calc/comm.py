@@ -92,6 +92,25 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     return lg * a + lg / 2 * d * beta  # all_to_all, Bruck
 
 
+def hierarchical_all_reduce_time(gpus_per_node: int, nodes: int, size_bytes: float,
+                                 intra: tuple[float, float], inter: tuple[float, float]) -> float:
+    """Alpha-beta time (s) of the hierarchical all-reduce over nodes x gpus_per_node ranks;
+    ``intra`` and ``inter`` are (alpha_s, bandwidth_bytes_per_s) of the two links:
+
+        ring reduce-scatter in the node    (G-1) a_in  + (G-1)/G D / B_in
+        ring all-reduce across nodes       2(M-1) a_out + 2(M-1)/M (D/G) / B_out
+        ring all-gather in the node        (G-1) a_in  + (G-1)/G D / B_in
+
+    A flat ring over all G*M ranks is collective_time("all_reduce", G*M, D, a_out, B_out): ONE
+    ring moves at its slowest (network) hop. NCCL's several rings (channels, one per NIC)
+    spread that traffic; what hierarchy still saves is the 2(GM-1) latency steps. Lab 03."""
+    g, m = pos_int("gpus_per_node", gpus_per_node), pos_int("nodes", nodes)
+    (a_in, b_in), (a_out, b_out) = intra, inter
+    d = nonneg_num("size_bytes", size_bytes)
+    return (2 * collective_time("reduce_scatter", g, d, a_in, b_in)
+            + collective_time("all_reduce", m, d / g, a_out, b_out))
+
+
 def alg_bandwidth(size_bytes: float, time_s: float) -> float:
     """algbw = S / t (bytes/s), nccl-tests PERFORMANCE.md "Algorithm bandwidth". Lab 03."""
     return nonneg_num("size_bytes", size_bytes) / pos_num("time_s", time_s)
