@@ -9,6 +9,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     units         GB, GiB, fmt_bytes                                  (lab 01)
     params        ModelConfig, param_count, PRESETS                   (lab 01)
     memory        model_state_memory, RECIPES (ZeRO 0-3)              (labs 01, 05)
+    _check        the input checks; zero_stage, ZERO_STAGES (public)  (every lab)
     activations   activation_bytes_per_layer, activation_memory       (labs 01, 02, 06, 07)
     checkpointing checkpoint_segments, optimal_segments (sqrt n)      (lab 02)
     fp8           float formats from bit counts, FP8 per-tensor scaling (lab 02)
@@ -26,6 +27,7 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
 """
+from lab_utils.calc._check import ZERO_STAGES, zero_stage
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
                                         in_flight_microbatches, logits_bytes)
@@ -45,9 +47,9 @@ from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilizatio
 from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
 from lab_utils.calc.layouts import LLAMA3_405B_TABLE4, LayoutMemory, LlamaRun, layout_memory
 from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
-                                   model_state_memory, zero_memory_table)
-from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, ModelConfig, ParamCount,
-                                   narayanan_param_count, param_count, preset)
+                                   model_state_memory, resolve_recipe, zero_memory_table)
+from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, MegatronRun, ModelConfig,
+                                   ParamCount, narayanan_param_count, param_count, preset)
 from lab_utils.calc.pipeline import (SCHEDULES, Bubble, PipelineFacts, bubble, p2p_factor,
                                      peak_in_flight, pipeline_facts)
 from lab_utils.calc.pipeline_sim import Event, Schedule, schedule
@@ -63,8 +65,10 @@ from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 __all__ = [
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
-    "NARAYANAN_TABLE1",
-    "Recipe", "RECIPES", "ModelStateMemory", "model_state_memory", "zero_memory_table",
+    "NARAYANAN_TABLE1", "MegatronRun",
+    "ZERO_STAGES", "zero_stage",
+    "Recipe", "RECIPES", "resolve_recipe", "ModelStateMemory", "model_state_memory",
+    "zero_memory_table",
     "max_params_that_fit",
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
     "embedding_activation_bytes", "in_flight_microbatches", "logits_bytes",
