@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from lab_utils.calc._check import (boolean, byte_rate, choice, nonneg_num, pos_int, pos_num,
-                                   sequence)
+                                   sequence, sequence_split)
 from lab_utils.calc._line_fit import line_fit
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
@@ -168,6 +168,7 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
                   pos_int("hidden", hidden), pos_int("tp", tp))
     e = pos_int("bytes_per_elem", bytes_per_elem)
     sequence_parallel = boolean("sequence_parallel", sequence_parallel)
+    sequence_split(t, s, sequence_parallel)
     backward = boolean("backward", backward)
     choice("recompute", recompute, ("none", "selective", "full"))
     n_ar = 2 + (2 if backward else 0) + (2 if backward and recompute == "full" else 0)

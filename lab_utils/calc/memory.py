@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, nonneg_num, pos_int, sequence, text,
-                                   zero_stage as _zero_stage)
+from lab_utils.calc._check import (boolean, byte_count, choice, nonneg_num, pos_int, sequence,
+                                   text, zero_stage as _zero_stage)
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def max_params_that_fit(gpu_mem_bytes: float, recipe_name: str | Recipe = "mixed
     Model state is linear in n_params, so this is budget / (bytes per parameter on one rank).
     Ignores activations (put them in ``reserved_bytes``). Lab 05 (what ZeRO buys), lab 12.
     """
-    budget = nonneg_num("gpu_mem_bytes", gpu_mem_bytes) - nonneg_num("reserved_bytes",
+    budget = byte_count("gpu_mem_bytes", gpu_mem_bytes) - nonneg_num("reserved_bytes",
                                                                       reserved_bytes)
     if budget <= 0:
         raise ValueError("reserved_bytes leaves no memory for model state; lower it")

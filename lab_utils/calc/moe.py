@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, instance, nonneg_int, pos_int, pos_num, text,
-                                   zero_stage as _zero_stage)
+from lab_utils.calc._check import (at_most, boolean, divides, instance, nonneg_int, pos_int,
+                                   pos_num, text, zero_stage as _zero_stage)
 from lab_utils.calc.comm import ring_bytes_per_rank
 from lab_utils.calc.memory import Recipe, model_state_memory, resolve_recipe
 
@@ -31,6 +31,8 @@ def gqa_attention_params(hidden: int, n_heads: int, n_kv_heads: int | None = Non
     attention, Ainslie et al. 2023; kv = a is multi-head attention). Lab 09."""
     h, a = pos_int("hidden", hidden), pos_int("n_heads", n_heads)
     kv = pos_int("n_kv_heads", n_kv_heads if n_kv_heads is not None else a)
+    divides("n_kv_heads", kv, "n_heads", a,
+            "grouped-query attention shares each K/V head among as many query heads")
     hd = pos_int("head_dim", head_dim if head_dim is not None else h // a)
     return 2 * h * a * hd + 2 * h * kv * hd
 
@@ -210,6 +212,7 @@ def moe_memory_per_rank(cfg: MoEConfig, ep: int, dp: int = 1, pp: int = 1,
     """
     cfg = instance("cfg", cfg, MoEConfig, "MOE_PRESETS['mixtral-8x7b']")
     ep, dp, pp = pos_int("ep", ep), pos_int("dp", dp), pos_int("pp", pp)
+    at_most("pp", pp, "n_layers", cfg.n_layers, "every stage needs a layer")
     zero_stage = _zero_stage(zero_stage)
     recipe = resolve_recipe(recipe)
     if cfg.n_experts % ep:

@@ -47,6 +47,14 @@ def heads_and_tp(hidden: int, n_heads: int, tp: int, n_kv_heads: int | None = No
                 "key/value heads (Megatron-LM requires n_kv_heads % tp == 0)")
 
 
+def sequence_split(tp: int, seq_len: int, sequence_parallel: bool) -> None:
+    """Sequence parallelism gives each of the tp ranks seq_len / tp positions of the
+    activations outside attention and the MLP (Korthikanti et al. 2022): tp | seq_len."""
+    if sequence_parallel:
+        divides("tp", tp, "seq_len", seq_len,
+                "sequence parallelism splits the sequence evenly over the tensor-parallel ranks")
+
+
 def backward_split(t_b: float, t_w: float | None) -> float:
     """T_W of a zero-bubble pipeline schedule: ``t_w`` checked against ``t_b`` (default t_b / 2)."""
     t_w = t_b / 2 if t_w is None else pos_num("t_w", t_w)

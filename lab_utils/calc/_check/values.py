@@ -221,6 +221,16 @@ def flop_rate(name: str, value: object, unit: str = "FLOP/s") -> float:
     return v
 
 
+def byte_count(name: str, value: object) -> float:
+    """A device's memory in bytes; below 1 MB it is a size typed in GB."""
+    v = pos_num(name, value)
+    if v < 1e6:
+        raise ValueError(f"{name}={v:g} bytes is below 1 MB, smaller than any accelerator's "
+                         f"memory; it looks like GB: {name} is in bytes, so write {v:g}e9 for "
+                         f"{v:g} GB")
+    return v
+
+
 def byte_rate(name: str, value: object) -> float:
     """A link or memory bandwidth in bytes/s; below 1 KB/s it is a rate typed in GB/s."""
     v = pos_num(name, value)
