@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (choice, divides, fields, flop_rate, heads_and_tp, number,
-                                   pos_int, pos_num, text)
+from lab_utils.calc._check import (choice, fields, flop_rate, megatron_run, number, pos_int,
+                                   pos_num, text)
 from lab_utils.calc.activations import RECOMPUTE
 
 
@@ -112,14 +112,10 @@ class KorthikantiRun:
 
     def __post_init__(self) -> None:
         text("KorthikantiRun.name", self.name)
-        fields(self, pos_int, ("n_heads", "hidden", "n_layers", "tp", "pp", "n_gpus", "batch"))
+        megatron_run(self)
         fields(self, pos_num, ("full_recompute_s", "present_work_s"))
         fields(self, lambda n, v: number(n, v, 0, 100, expected="a percentage in 0..100"),
                ("mfu_pct", "hfu_pct"))
-        heads_and_tp(self.hidden, self.n_heads, self.tp)
-        divides("pp", self.pp, "n_layers", self.n_layers, "each stage gets the same layers")
-        divides("tp*pp", self.tp * self.pp, "n_gpus", self.n_gpus,
-                "the GPUs form data-parallel copies of one tp x pp model")
         if self.mfu_pct > self.hfu_pct:
             raise ValueError(f"KorthikantiRun.mfu_pct={self.mfu_pct:g} exceeds hfu_pct="
                              f"{self.hfu_pct:g}: HFU counts the model's FLOPs plus the "

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (at_most, boolean, choice, divides, fields, flop_rate,
-                                   heads_and_tp, instance, pos_int, pos_num, text)
+from lab_utils.calc._check import (boolean, choice, flop_rate, instance, megatron_run, pos_int,
+                                   pos_num, text)
 
 
 @dataclass(frozen=True)
@@ -164,11 +164,7 @@ class MegatronRun:
 
     def __post_init__(self) -> None:
         pos_num("MegatronRun.params_b", self.params_b)
-        fields(self, pos_int, ("n_heads", "hidden", "n_layers", "tp", "pp", "n_gpus", "batch"))
-        heads_and_tp(self.hidden, self.n_heads, self.tp)
-        at_most("pp", self.pp, "n_layers", self.n_layers, "every stage needs a layer")
-        divides("tp*pp", self.tp * self.pp, "n_gpus", self.n_gpus,
-                "the GPUs form data-parallel copies of one tp x pp model")
+        megatron_run(self)
         flop_rate("MegatronRun.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
 
     @property

@@ -19,11 +19,11 @@ to fix it. Python's own coercions are refused on purpose, because each one hides
              instance, sequence, fields (a record's fields), zero_stage, flop_rate,
              byte_count, byte_rate (unit plausibility), parse_number (a number box's text)
     shapes   between values: at_most, divides, heads_and_tp, degrees_multiply,
-             interleaved_shape, one_chunk, sequence_split, backward_split
+             interleaved_shape, one_chunk, sequence_split, backward_split, megatron_run
 """
 from lab_utils.calc._check.shapes import (at_most, backward_split, degrees_multiply, divides,
-                                          heads_and_tp, interleaved_shape, one_chunk,
-                                          sequence_split)
+                                          heads_and_tp, interleaved_shape, megatron_run,
+                                          one_chunk, sequence_split)
 from lab_utils.calc._check.values import (MAX_MAGNITUDE, ZERO_STAGES, boolean, byte_count,
                                           byte_rate, choice, fields, flop_rate, fraction,
                                           index, instance, int_choice, nonneg_int, nonneg_num,
@@ -31,7 +31,7 @@ from lab_utils.calc._check.values import (MAX_MAGNITUDE, ZERO_STAGES, boolean, b
                                           text, whole, zero_stage)
 
 __all__ = ["at_most", "backward_split", "degrees_multiply", "divides", "heads_and_tp",
-           "interleaved_shape", "one_chunk", "sequence_split", "MAX_MAGNITUDE", "ZERO_STAGES",
-           "boolean", "byte_count", "byte_rate", "choice", "fields", "flop_rate", "fraction",
-           "index", "instance", "int_choice", "nonneg_int", "nonneg_num", "number",
+           "interleaved_shape", "megatron_run", "one_chunk", "sequence_split", "MAX_MAGNITUDE",
+           "ZERO_STAGES", "boolean", "byte_count", "byte_rate", "choice", "fields", "flop_rate",
+           "fraction", "index", "instance", "int_choice", "nonneg_int", "nonneg_num", "number",
            "parse_number", "pos_int", "pos_num", "sequence", "text", "whole", "zero_stage"]

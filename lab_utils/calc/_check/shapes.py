@@ -4,8 +4,9 @@ multiply to the GPU count, pipeline-schedule shapes. Callers check each value fi
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from lab_utils.calc._check.values import pos_num
+from lab_utils.calc._check.values import fields, pos_int, pos_num
 
 
 def degrees_multiply(total_name: str, total: int, **degrees: int) -> None:
@@ -45,6 +46,16 @@ def heads_and_tp(hidden: int, n_heads: int, tp: int, n_kv_heads: int | None = No
         divides("tp", tp, "n_kv_heads", n_kv_heads,
                 "with grouped-query attention each tensor-parallel rank must own whole "
                 "key/value heads (Megatron-LM requires n_kv_heads % tp == 0)")
+
+
+def megatron_run(record: Any) -> None:
+    """A published Megatron-LM run (``n_heads, hidden, n_layers, tp, pp, n_gpus, batch``):
+    whole positive sizes, tp | heads | hidden, pp <= layers, tp * pp | GPUs (the rest is DP)."""
+    fields(record, pos_int, ("n_heads", "hidden", "n_layers", "tp", "pp", "n_gpus", "batch"))
+    heads_and_tp(record.hidden, record.n_heads, record.tp)
+    at_most("pp", record.pp, "n_layers", record.n_layers, "every stage needs a layer")
+    divides("tp*pp", record.tp * record.pp, "n_gpus", record.n_gpus,
+            "the GPUs form data-parallel copies of one tp x pp model")
 
 
 def sequence_split(tp: int, seq_len: int, sequence_parallel: bool) -> None:

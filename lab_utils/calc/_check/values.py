@@ -221,24 +221,24 @@ def flop_rate(name: str, value: object, unit: str = "FLOP/s") -> float:
     return v
 
 
+def _not_giga(name: str, value: object, floor: float, unit: str, below: str) -> float:
+    """A positive size or rate in ``unit``; under ``floor`` it was typed in giga-units."""
+    v = pos_num(name, value)
+    if v < floor:
+        giga = unit.replace("bytes", "GB")
+        raise ValueError(f"{name}={v:g} {unit} is below {below}; it looks like {giga}: {name} "
+                         f"is in {unit}, so write {v:g}e9 for {v:g} {giga}")
+    return v
+
+
 def byte_count(name: str, value: object) -> float:
     """A device's memory in bytes; below 1 MB it is a size typed in GB."""
-    v = pos_num(name, value)
-    if v < 1e6:
-        raise ValueError(f"{name}={v:g} bytes is below 1 MB, smaller than any accelerator's "
-                         f"memory; it looks like GB: {name} is in bytes, so write {v:g}e9 for "
-                         f"{v:g} GB")
-    return v
+    return _not_giga(name, value, 1e6, "bytes", "1 MB, smaller than any accelerator's memory")
 
 
 def byte_rate(name: str, value: object) -> float:
     """A link or memory bandwidth in bytes/s; below 1 KB/s it is a rate typed in GB/s."""
-    v = pos_num(name, value)
-    if v < 1e3:
-        raise ValueError(f"{name}={v:g} bytes/s is below 1 KB/s, slower than any link; it "
-                         f"looks like GB/s: {name} is in bytes/s, so write {v:g}e9 for "
-                         f"{v:g} GB/s")
-    return v
+    return _not_giga(name, value, 1e3, "bytes/s", "1 KB/s, slower than any link")
 
 
 def parse_number(raw: object) -> object:
