@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import (boolean, choice, line_fit, nonneg_num, pos_int, pos_num,
-                                   sequence)
+from lab_utils.calc._check import (boolean, byte_rate, choice, nonneg_num, pos_int, pos_num,
+                                   sequence, sequence_split)
+from lab_utils.calc._line_fit import line_fit
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send_recv")
@@ -71,7 +72,7 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     choice("op", op, OPS)
     choice("algorithm", algorithm, ("ring", "tree"))
     n, d = pos_int("n", n), nonneg_num("size_bytes", size_bytes)
-    a, beta = nonneg_num("alpha_s", alpha_s), 1 / pos_num("bandwidth_bytes_per_s",
+    a, beta = nonneg_num("alpha_s", alpha_s), 1 / byte_rate("bandwidth_bytes_per_s",
                                                          bandwidth_bytes_per_s)
     if op == "send_recv":
         return a + d * beta
@@ -186,6 +187,7 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
                   pos_int("hidden", hidden), pos_int("tp", tp))
     e = pos_int("bytes_per_elem", bytes_per_elem)
     sequence_parallel = boolean("sequence_parallel", sequence_parallel)
+    sequence_split(t, s, sequence_parallel)
     backward = boolean("backward", backward)
     choice("recompute", recompute, ("none", "selective", "full"))
     n_ar = 2 + (2 if backward else 0) + (2 if backward and recompute == "full" else 0)
