@@ -236,3 +236,23 @@ def test_a_notebook_goes_on_offline_and_delivers_when_the_server_is_back(
         client.leave()
     predict("00.after", "committed after leaving", answer=2)
     assert [q["key"] for q in back.state()["questions"]] == ["00.allreduce_rank2"]
+
+
+def test_joining_from_lab_class_and_a_bad_one_never_breaks_a_commit(
+        start_server, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_PATH, str(tmp_path / "predictions.json"))
+    monkeypatch.setenv("LAB_QUICK", "0")
+    server = start_server()
+    monkeypatch.setenv(client.ENV, f"{server.url}/?code=WRONG1&name=otter")
+    monkeypatch.setattr(client, "_env_tried", False)
+    assert predict("00.a", "a question", answer=3).value == 3.0      # the commit still works
+    assert "not joined from LAB_CLASS" in capsys.readouterr().out
+    assert server.state()["learners"] == 0
+    monkeypatch.setenv(client.ENV, f"{server.url}/?code={server.code}&name=otter")
+    monkeypatch.setattr(client, "_env_tried", False)
+    try:
+        predict("00.b", "another question", answer=4)
+        # LAB_CLASS joins the whole Python process: its earlier commit goes too
+        assert [q["guesses"] for q in server.state()["questions"]] == [[3.0], [4.0]]
+    finally:
+        client.leave()

@@ -27,10 +27,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from lab_utils.classroom.messages import PSEUDONYM
+
 ENV = "LAB_CLASS"
 TIMEOUT_S = 2.0        # a request to the server; loopback or the room's network answer in ms
 RETRY_S = 3.0
 MAX_OUTBOX = 500
+STARTED = time.time()  # with LAB_CLASS, commits from this process on are sent
 
 
 class ClassError(Exception):
@@ -52,6 +55,7 @@ class Membership:
 
 
 _member: Membership | None = None
+_env_tried = False
 
 
 def post(url: str, code: str, path: str, msg: dict) -> dict:
@@ -75,7 +79,10 @@ def join(url: str, code: str, pseudonym: str) -> Membership:
     global _member
     if not re.fullmatch(r"https?://[^\s/]+/?", url or ""):
         raise ValueError(f"url must look like 'http://10.0.0.5:8765', got {url!r}")
-    member = Membership(url.rstrip("/"), code.strip().upper(), pseudonym.strip())
+    if not isinstance(pseudonym, str) or not PSEUDONYM.fullmatch(pseudonym.strip()):
+        raise ValueError(f"pseudonym must be 1-32 letters, digits or ' _.-' (no real name "
+                         f"needed), got {pseudonym!r}")
+    member = Membership(url.rstrip("/"), str(code).strip().upper(), pseudonym.strip())
     try:
         post(member.url, member.code, "/api/join", {"pseudonym": member.pseudonym})
         print(f"joined the class as {member.pseudonym!r}: your commits and exercise results "
@@ -113,11 +120,17 @@ def status() -> str:
 
 def current() -> Membership | None:
     """The membership (joining from LAB_CLASS on first use), or None: then nothing is sent."""
-    if _member is None and os.environ.get(ENV):
+    global _env_tried
+    if _member is None and os.environ.get(ENV) and not _env_tried:
+        _env_tried = True   # a bad LAB_CLASS is reported once, and never breaks a commit
         parts = urlsplit(os.environ[ENV])
         query = parse_qs(parts.query)
-        join(f"{parts.scheme}://{parts.netloc}", (query.get("code") or [""])[0],
-             (query.get("name") or [""])[0])
+        try:
+            member = join(f"{parts.scheme}://{parts.netloc}", (query.get("code") or [""])[0],
+                          (query.get("name") or [""])[0])
+            member.joined_at = STARTED   # the variable was set before this Python started
+        except (ValueError, ClassError) as exc:
+            print(f"class: not joined from {ENV}={os.environ[ENV]!r}: {exc}")
     return _member
 
 
