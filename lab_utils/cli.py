@@ -116,9 +116,17 @@ def _cmd_cards(ns: argparse.Namespace) -> int:
 
 
 def _cmd_class(ns: argparse.Namespace) -> int:
+    import sqlite3
+
     from lab_utils.classroom.server import serve
 
-    serve(ns.db, ns.host, ns.port)
+    try:
+        serve(ns.db, ns.host, ns.port)
+    except sqlite3.Error as exc:
+        raise UsageError(f"--db {ns.db}: not a usable SQLite file ({exc})") from None
+    except OSError as exc:  # the address is taken, or not one of this machine's
+        raise UsageError(f"cannot listen on --host {ns.host} --port {ns.port}: {exc.strerror}"
+                         " (pick another --port)") from None
     return 0
 
 

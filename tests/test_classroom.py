@@ -175,7 +175,7 @@ def test_thirty_learners_a_restart_and_the_page_in_chromium(start_server, tmp_pa
     assert (status, "closed by the instructor" in message) == (409, True)
 
 
-def test_bad_requests_are_refused_with_clear_errors(start_server):
+def test_bad_requests_are_refused_with_clear_errors(start_server, tmp_path):
     server = start_server()
     join = json.dumps({"pseudonym": "otter"}).encode()
     assert refused(server, "/api/join", join, code="WRONG1") == (
@@ -207,6 +207,10 @@ def test_bad_requests_are_refused_with_clear_errors(start_server):
             assert "too many requests from 'flood'" in str(exc)
     assert codes.count(429) >= 15 and codes[:15] == [200] * 15
     client.post(server.url, server.code, "/api/join", {"pseudonym": "calm"})  # others are fine
+    taken = subprocess.run([sys.executable, "-m", "lab_utils", "class", "serve", "--db",
+                            str(tmp_path / "other.sqlite"), "--port", server.url.rsplit(":", 1)[1]],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert taken.returncode == 2 and "Address already in use (pick another --port)" in taken.stderr
 
 
 def test_a_notebook_goes_on_offline_and_delivers_when_the_server_is_back(
