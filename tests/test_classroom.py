@@ -92,7 +92,7 @@ def learner(server: Server, i: int) -> None:
     send("/api/prediction", {"key": "05.zero2_bytes", "question": "Bytes per step?",
                              "unit": "B", "guess": GUESSES[i % 5], "measured": 400.0,
                              "formula": 400.0})
-    send("/api/prediction", {"key": "00.which", "question": "Which collective?",
+    send("/api/prediction", {"key": "00.which", "question": "Which <b>collective</b>?",
                              "guess": "all_reduce" if i % 3 else "broadcast"})
     passed = i % 2 == 0
     send("/api/result", {"exercise": "ring_all_reduce", "passed": passed,
@@ -150,6 +150,9 @@ def test_thirty_learners_a_restart_and_the_page_in_chromium(start_server, tmp_pa
             choices = {c.get_attribute("data-choice"): int(c.get_attribute("data-count"))
                        for c in page.locator('[data-key="00.which"] .choice').all()}
             assert choices == {"all_reduce": 20, "broadcast": 10}
+            # a learner's text is shown as text, never run as markup
+            title = page.locator('[data-key="00.which"] h3').inner_text()
+            assert title == "Which <b>collective</b>?"
             ring_row = page.locator('[data-exercise="ring_all_reduce"]')
             assert ring_row.get_attribute("data-passed") == "15"
 
