@@ -263,3 +263,29 @@ def test_joining_from_lab_class_and_a_bad_one_never_breaks_a_commit(
         assert [q["guesses"] for q in server.state()["questions"]] == [[3.0], [4.0]]
     finally:
         client.leave()
+
+
+def test_an_exercise_verdict_the_learner_sees_reaches_the_room(tmp_path, capsys):
+    from lab_utils.classroom.server import ClassServer
+    from lab_utils.classroom.store import ClassStore
+    from lab_utils.exercises import CheckResult, get
+    from lab_utils.exercises._run import _report
+
+    store = ClassStore(tmp_path / "class.sqlite")
+    server = ClassServer(store, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ring = get("ring_all_reduce")
+    try:
+        _report(CheckResult(False, "every rank: the result is 3 x the expected", {}, ring.name),
+                ring)   # not joined yet: stays here
+        client.join(server.url, store.code, "otter")
+        _report(CheckResult(False, "rank 1, 3: the result is 2 x the expected", {}, ring.name),
+                ring)
+        _report(CheckResult(True, "matches the reference on every rank", {}, ring.name), ring)
+        (row,) = store.snapshot()["exercises"]
+        assert row == {"exercise": "ring_all_reduce", "tried": 1, "passed": 1, "misconceptions": [
+            {"text": "the result is # x the expected", "learners": 1}]}
+    finally:
+        client.leave()
+        server.stop()
+        store.close()
