@@ -289,3 +289,32 @@ def test_an_exercise_verdict_the_learner_sees_reaches_the_room(tmp_path, capsys)
         client.leave()
         server.stop()
         store.close()
+
+
+def test_joining_while_the_server_is_down_delivers_once_it_starts(
+        start_server, tmp_path, monkeypatch, capsys):
+    import socket
+
+    from lab_utils.classroom.store import ClassStore
+
+    monkeypatch.setenv(ENV_PATH, str(tmp_path / "predictions.json"))
+    monkeypatch.setenv("LAB_QUICK", "0")
+    monkeypatch.setattr(client, "RETRY_S", 0.2)
+    store = ClassStore(tmp_path / "class.sqlite")   # the code the instructor wrote on the board
+    code = store.code
+    store.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client.join(f"http://127.0.0.1:{port}", code, "otter")
+    try:
+        predict("00.early", "committed while the server is down", answer=5)
+        assert capsys.readouterr().out.count("is offline") == 1
+        server = start_server(tmp_path / "class.sqlite", port)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not server.state()["questions"]:
+            time.sleep(0.1)
+        assert server.state()["learners"] == 1
+        assert [q["guesses"] for q in server.state()["questions"]] == [[5.0]]
+    finally:
+        client.leave()

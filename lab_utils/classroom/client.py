@@ -87,12 +87,13 @@ def join(url: str, code: str, pseudonym: str) -> Membership:
         post(member.url, member.code, "/api/join", {"pseudonym": member.pseudonym})
         print(f"joined the class as {member.pseudonym!r}: your commits and exercise results "
               "are shared with the instructor (classroom.leave() stops it)")
-    except OSError:
+        _member = member
+    except OSError:   # unreachable: joined here all the same, the server hears of it later
         member.offline = True
         member.outbox.append(("/api/join", {"pseudonym": member.pseudonym}))
+        _member = member   # before the retry thread starts: it runs while this is the member
         _say_offline(member)
         _retry_later(member)
-    _member = member
     return member
 
 
