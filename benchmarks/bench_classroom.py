@@ -102,8 +102,8 @@ def main() -> None:
         room = json.loads(urllib.request.urlopen(page.replace("/instructor", "/api/state")).read())
         stored = len(next(q for q in room["questions"] if q["key"] == KEY)["guesses"])
         last = max(answered)
-        print(f"{ns.learners} learners, commits spread over {ns.window:g} s: first to last answered "
-              f"in {last - start:.2f} s (measured, wall)")
+        print(f"{ns.learners} learners, commits spread over {ns.window:g} s: first to last "
+              f"answered in {last - start:.2f} s (measured, wall)")
         print(f"stored: {stored} of {ns.learners}  {'OK' if stored == ns.learners else 'LOST'}")
         lag = seen.get("stream", float("inf")) - last
         print(f"event stream had every guess {lag * 1e3:.0f} ms after the last commit answered "
