@@ -153,6 +153,11 @@ def test_thirty_learners_a_restart_and_the_page_in_chromium(start_server, tmp_pa
             # a learner's text is shown as text, never run as markup
             title = page.locator('[data-key="00.which"] h3').inner_text()
             assert title == "Which <b>collective</b>?"
+            # no notebook revealed this one: the instructor types the answer, then reveals
+            page.locator('input.reveal-value[data-for="00.which"]').fill("all_reduce")
+            page.locator('[data-key="00.which"] button[data-action="reveal"]').click()
+            page.wait_for_selector('[data-key="00.which"] .choice.right[data-choice="all_reduce"]',
+                                   timeout=10_000)
             ring_row = page.locator('[data-exercise="ring_all_reduce"]')
             assert ring_row.get_attribute("data-passed") == "15"
 
@@ -197,6 +202,12 @@ def test_bad_requests_are_refused_with_clear_errors(start_server, tmp_path):
     status, message = refused(server, "/api/prediction", json.dumps(
         {"pseudonym": "otter", "key": "05.x", "question": "q" * 301, "guess": 1}).encode())
     assert (status, message) == (400, "'question' is 301 characters long; at most 300")
+    req = urllib.request.Request(f"{server.url}/api/question", data=json.dumps(
+        {"key": "05.x", "action": "close", "value": 3}).encode(), headers={
+        "X-Class-Code": server.code, "X-Instructor-Token": server.token})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(req, timeout=5)
+    assert json.loads(info.value.read()) == {"error": "'value' goes with the reveal action only"}
     with pytest.raises(urllib.error.HTTPError) as info:   # the page needs the instructor token
         urllib.request.urlopen(f"{server.url}/api/state?code={server.code}&token=guess", timeout=5)
     assert info.value.code == 403

@@ -88,8 +88,16 @@ def result(msg: dict) -> dict:
 
 
 def question_action(msg: dict) -> dict:
-    """What the instructor page asks: open, close, reveal or hide a question."""
+    """What the instructor page asks: open, close, reveal (with a value of the instructor's,
+    optionally: a number, or the right choice) or hide a question."""
     action = msg.get("action")
     if action not in ("open", "close", "reveal", "hide"):
         raise BadMessage(f"'action' must be open, close, reveal or hide, got {str(action)[:20]!r}")
-    return {"key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"), "action": action}
+    value = msg.get("value")
+    if value is not None and action != "reveal":
+        raise BadMessage("'value' goes with the reveal action only")
+    if value is not None:
+        value = text(msg, "value", MAX_TEXT["choice"]) if isinstance(value, str) \
+            else number(value, "value")
+    return {"key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"), "action": action,
+            "value": value}

@@ -20,7 +20,7 @@ many.
     POST /api/result     {"pseudonym", "exercise", "passed", "misconception"}
     GET  /instructor     the page          GET /api/state    the room as JSON
     GET  /api/events     server-sent events: the room, again after each change (<= 10 per second)
-    POST /api/question   {"key", "action": open | close | reveal | hide}   (instructor)
+    POST /api/question   {"key", "action": open | close | reveal | hide, "value"}  (instructor)
 """
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
             if route == "/api/question":
                 if self.is_instructor():
                     q = messages.question_action(msg)
-                    self.server.store.set_question(q["key"], q["action"])
+                    self.server.store.set_question(q["key"], q["action"], q["value"])
                     self.server.changed()
                     self.reply(200, {"ok": True})
                 return

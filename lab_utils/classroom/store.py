@@ -5,7 +5,7 @@ Everything the server knows is in the file, written before the request is answer
 every committed prediction, the questions' open / closed / revealed state and the exercise results.
 
     learners(pseudonym, joined, left)               left is NULL while in the class
-    questions(key, question, unit, choices, state, revealed)
+    questions(key, question, unit, choices, state, revealed, given)   given: the instructor's value
     predictions(key, pseudonym, guess, formula, measured, answer, time)   one row per learner
     results(exercise, pseudonym, passed, misconception, time)             one row per attempt
 """
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS learners(pseudonym TEXT PRIMARY KEY, joined REAL NOT NULL, left REAL);
 CREATE TABLE IF NOT EXISTS questions(key TEXT PRIMARY KEY, question TEXT NOT NULL,
     unit TEXT NOT NULL, choices TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'open',
-    revealed INTEGER NOT NULL DEFAULT 0);
+    revealed INTEGER NOT NULL DEFAULT 0, given TEXT);
 CREATE TABLE IF NOT EXISTS predictions(key TEXT NOT NULL, pseudonym TEXT NOT NULL,
     guess TEXT NOT NULL, formula REAL, measured REAL, answer TEXT, time REAL NOT NULL,
     PRIMARY KEY (key, pseudonym));
@@ -112,9 +112,11 @@ class ClassStore:
                     (p["key"], p["pseudonym"], json.dumps(p["guess"]), p.get("formula"),
                      p.get("measured"), p.get("answer"), time.time()))
 
-    def set_question(self, key: str, action: str) -> None:
+    def set_question(self, key: str, action: str, value=None) -> None:
         if not self._one("SELECT 1 FROM questions WHERE key=?", (key,)):
             raise Refused(404, f"no question {key} in this class yet")
+        if value is not None:
+            self._write("UPDATE questions SET given=? WHERE key=?", (json.dumps(value), key))
         column, value = {"open": ("state", "open"), "close": ("state", "closed"),
                          "reveal": ("revealed", 1), "hide": ("revealed", 0)}[action]
         self._write(f"UPDATE questions SET {column}=? WHERE key=?", (value, key))
@@ -134,8 +136,8 @@ class ClassStore:
     def snapshot(self) -> dict:
         """The whole room as the instructor page draws it (plain JSON)."""
         questions = []
-        for key, question, unit, choices, state, revealed in self._all(
-                "SELECT key, question, unit, choices, state, revealed FROM questions "
+        for key, question, unit, choices, state, revealed, given in self._all(
+                "SELECT key, question, unit, choices, state, revealed, given FROM questions "
                 "ORDER BY key"):
             rows = self._all("SELECT guess, formula, measured, answer FROM predictions "
                              "WHERE key=? ORDER BY time", (key,))
@@ -145,6 +147,7 @@ class ClassStore:
             questions.append({
                 "key": key, "question": question, "unit": unit, "choices": json.loads(choices),
                 "state": state, "revealed": bool(revealed),
+                "given": None if given is None else json.loads(given),
                 "guesses": [json.loads(r[0]) for r in rows],
                 # what the learners' own notebooks revealed: the formula is the same for all;
                 # measurements differ per machine, so the median of those reported
