@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from lab_utils.classroom.client import exercise_checked
 from lab_utils.exercises._core import CHECK_PRELOAD, CheckResult, Exercise, Verdict, get
 
 
@@ -65,6 +66,7 @@ def _from_failure(name: str, exc: Exception) -> CheckResult:
 
 def _report(result: CheckResult, ex: Exercise) -> CheckResult:
     print(result)
+    exercise_checked(result.name, result.passed, result.message)  # a live class, if joined
     if not result.passed and ex.hint:
         print(f"hint: {ex.hint}")
     return result
