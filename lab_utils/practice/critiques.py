@@ -67,7 +67,8 @@ class Critique:
         """``wrong``: the statement numbers (1-based, as printed) you think are wrong;
         ``numbers``: your corrected values in the order a), b), ... (a list, or {0: ..., 1: ...};
         None or a missing entry = no answer). Bad input gives an invalid result (nothing is
-        submitted) whose message says what to fix."""
+        submitted) whose message says what to fix; so does an empty one (nothing flagged, no
+        number), which would otherwise reveal the answer and lock the item at 0%."""
         n = len(self.statements)
         try:
             flagged = frozenset(wrong)
@@ -85,6 +86,10 @@ class Critique:
                                                        "a), b), ... (None where you skip one)")
         given = {j: v for j, v in given.items()
                  if not (v is None or (isinstance(v, str) and not v.strip()))}
+        if not flagged and not given:
+            return CritiqueResult(self, False, message="nothing to submit yet: tick the "
+                                  "statement(s) you think are wrong" + (" or give a corrected "
+                                  "number" if self.fixes else "") + ", then submit")
         extra = [k for k in given if k not in range(len(self.fixes))]
         if extra:
             return CritiqueResult(self, False, message=f"{len(self.fixes)} number(s) to give, "

@@ -58,15 +58,26 @@ def fmt(x: float) -> str:
 
 
 def with_unit(x: float, unit: str) -> str:
-    """A value and its unit as people write them: 42x, 16.4%, $1.57M, 48 GB."""
+    """A value and its unit as people write them: 42x, 16.4%, 1.57 million USD, 48 GB."""
     if unit in ("x", "%", ""):
         return f"{fmt(x)}{unit}"
-    if unit == "$M":
-        return f"${fmt(x)}M"
     return f"{fmt(x)} {unit}"
 
 
-UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent")}
+# Money is written "USD", never with "$": JupyterLab typesets the text between two "$" signs of
+# an HTML output as LaTeX (a price and its unit vanish into math italics). A learner may still
+# type "$1.5M": the sign is read and dropped.
+MILLION_USD = "million USD"
+UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent"),
+              MILLION_USD: ("million USD", "million", "M USD", "MUSD", "M")}
+MATH_PAIR = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
+
+
+def math_pair(text: str) -> str:
+    """The first stretch of ``text`` a notebook would typeset as LaTeX (two unescaped "$"
+    signs), or ''. Rendered practice and card text must have none (tests check it)."""
+    m = MATH_PAIR.search(text)
+    return m.group(0) if m else ""
 
 
 def parse_answer(value: Any, unit: str = "") -> float:
@@ -87,6 +98,8 @@ def parse_answer(value: Any, unit: str = "") -> float:
         if not text:
             raise ValueError("the answer box is empty: type a number"
                              + (f" (in {unit})" if unit else ""))
+        if unit == MILLION_USD:
+            text = text.removeprefix("$").removeprefix("USD").strip()
         for word in sorted(UNIT_WORDS.get(unit, (unit,)) if unit else (), key=len, reverse=True):
             if word and text.lower().endswith(word.lower()):
                 text = text[: -len(word)].strip()
