@@ -1,4 +1,4 @@
-"""Quick-math drills (lab_utils/practice/drills.py + generators, lab 12): every answer equals the
+"""Quick-math drills (lab_utils/practice/drills/, lab 12): every answer equals the
 calculator recomputed here from the drill's parameters; right answers pass within tolerance;
 wrong ones are rejected with the explanation; every misconception is rejected AND named; input
 that is not a number submits nothing and says why; seeds and ids rebuild the same drill."""

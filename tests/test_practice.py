@@ -328,3 +328,45 @@ def test_module_entry_points():
         assert practice.lookup(item_id).id == item_id
     with pytest.raises(ValueError, match="not a practice item"):
         practice.lookup("quiz:1")
+
+
+# --- the layout: packages with an index, imports one way ------------------------------------
+
+def import_graph(package: str) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the modules of ``package`` it imports (at module level or in a function), and
+    the private names (``_x``) one module of the package imports from another."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = {".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): f
+             for f in (root / package.replace(".", "/")).rglob("*.py")}
+    graph, private = {}, []
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+                private += [f"{name}: {node.module}.{a.name}" for a in node.names
+                            if node.module in files and a.name.startswith("_")]
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph, private
+
+
+@pytest.mark.parametrize("package", ["lab_utils.practice", "lab_utils.cards"])
+def test_no_import_cycle_and_no_private_import(package):
+    graph, private = import_graph(package)
+    assert private == []
+    done, path = set(), []
+
+    def visit(m):                       # depth-first search: a module met again on the path
+        assert m not in path, f"import cycle: {' -> '.join(path[path.index(m):] + [m])}"
+        if m not in done:
+            path.append(m)
+            for n in graph[m]:
+                visit(n)
+            path.pop()
+            done.add(m)
+    for m in graph:
+        visit(m)

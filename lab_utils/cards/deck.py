@@ -24,7 +24,7 @@ from typing import Iterable
 
 import yaml
 
-from lab_utils.cards import resolver
+import lab_utils.cards.resolver as resolver
 
 DECK_DIR = Path(__file__).with_name("deck")
 

@@ -6,7 +6,7 @@ import random
 
 from lab_utils.calc import (DEVICES, amdahl_limit, amdahl_speedup, bubble, gustafson_speedup, mfu,
                             peak_in_flight, time_to_train)
-from lab_utils.practice.drills import Drill, Mistake, generator
+from lab_utils.practice.drills.model import Drill, Mistake, generator
 from lab_utils.practice.items import MILLION_USD, fmt
 
 GPUS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
