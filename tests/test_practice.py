@@ -194,6 +194,10 @@ def test_concept_widget_write_submit_tick_score():
     ui = ConceptWidget("concept")
     assert_no_secret(ui, CONCEPTS)
     assert len(ui.picker.options) == len(CONCEPTS)
+    for (label, _), c in zip(ui.picker.options, CONCEPTS):     # cut at a word, the cut marked
+        full = f"{c.topic}: {c.question}"
+        assert label == full or (len(label) <= 90 and label.endswith("…")
+                                 and full[len(label) - 1] in " ,;:" and full.startswith(label[:-1]))
     ui.picker.value = "concept:pipeline-bubble"
     c = ui.card.concept
     ui.card.text.value = "idle"

@@ -70,6 +70,11 @@ def with_unit(x: float, unit: str) -> str:
 MILLION_USD = "million USD"
 UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent"),
               MILLION_USD: ("million USD", "million", "M USD", "MUSD", "M")}
+# Units that are a multiple of a plain count, the factor, and from which size on a number cannot
+# be meant in that unit (a 8.8e9 typed for "B params" is the full count): such input is refused
+# with a hint, not graded wrong.
+SCALED_UNITS = {"B params": (1e9, 1e6, "billions of parameters"), "GB": (1e9, 1e6, "gigabytes"),
+                "MB": (1e6, 1e7, "megabytes"), MILLION_USD: (1e6, 1e5, "millions of US dollars")}
 MATH_PAIR = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
 
 
@@ -111,6 +116,10 @@ def parse_answer(value: Any, unit: str = "") -> float:
         x = float(text)
     if not math.isfinite(x):
         raise ValueError(f"{value!r} is not a finite number")
+    scale, implausible, words = SCALED_UNITS.get(unit, (1.0, math.inf, ""))
+    if abs(x) >= implausible:
+        raise ValueError(f"{value!r} looks like a plain count, but the answer is in {unit} "
+                         f"({words}): divide by 1e{round(math.log10(scale))} and submit again")
     return x
 
 

@@ -35,6 +35,13 @@ def error_html(message: str) -> str:
     return f'<span style="color:{RED}">{html.escape(message)}</span>'
 
 
+def shorten(text: str, width: int = 90) -> str:
+    """``text`` cut at a word boundary to at most ``width`` characters, "…" marking the cut."""
+    if len(text) <= width:
+        return text
+    return text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+
+
 def title(text: str) -> w.HTML:
     return w.HTML(f'<h4 class="lab-widget-title" style="margin:4px 0">{html.escape(text)}</h4>')
 
@@ -227,7 +234,7 @@ class ConceptWidget(_Picker):
             raise ValueError(f"no {kind} question has topic {topic!r}")
         heading = "Concept questions" if kind == "concept" else "Production debugging: walk me through it"
         super().__init__(f"{heading} (write first, then see the key points)", items,
-                         lambda c: f"{c.topic}: {c.question[:90]}")
+                         lambda c: shorten(f"{c.topic}: {c.question}"))
 
     def make_card(self, item: Concept) -> ConceptCard:
         return ConceptCard(item, lambda text: self._keep(item.id, item.submit(text)),
