@@ -63,6 +63,12 @@ def test_keyword_hints_find_most_points_in_the_model_answer(c):
     assert sum(off_topic.hints) <= 1
 
 
+def test_the_fail_fast_hint_is_not_credited_to_the_opposite_advice():
+    hang = practice.concept("debug:hang-at-step-n")             # point 4: make it fail, not hang
+    assert not hang.submit("Raise the NCCL timeout to two hours and restart the job.").hints[3]
+    assert hang.submit("Set a short timeout and a monitored_barrier so the job fails.").hints[3]
+
+
 def test_concept_submit_grade_and_bad_input():
     c = practice.concept("zero-stages")
     assert not c.submit("too short").valid and f"at least {MIN_WORDS} words" in c.submit("").message

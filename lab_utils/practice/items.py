@@ -57,6 +57,13 @@ def fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+def shorten(text: str, width: int = 90) -> str:
+    """``text`` cut at a word boundary to at most ``width`` characters, "…" marking the cut."""
+    if len(text) <= width:
+        return text
+    return text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+
+
 def with_unit(x: float, unit: str) -> str:
     """A value and its unit as people write them: 42x, 16.4%, 1.57 million USD, 48 GB."""
     if unit in ("x", "%", ""):

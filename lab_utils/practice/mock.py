@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from lab_utils.practice.concepts import Concept, ConceptResult, load_bank
-from lab_utils.practice.critiques import all_critiques
+from lab_utils.practice.critiques import Critique, all_critiques
 from lab_utils.practice.drills import Drill, kinds, make_drills
+from lab_utils.practice.items import shorten
 
 
 @dataclass
@@ -167,7 +168,8 @@ class MockInterview:
                      "tick your key points" if isinstance(a.result, ConceptResult)
                      and a.result.score is None else "")
             kind = f"drill ({a.item.kind})" if isinstance(a.item, Drill) else a.item.kind
-            rows.append({"#": i, "item": a.item.id, "kind": kind,
+            text = a.item.title if isinstance(a.item, Critique) else a.item.question
+            rows.append({"#": i, "question": shorten(text, 60), "kind": kind,
                          "points": round(a.points if self.in_time(a) else 0.0, 2),
                          "answered at (min)": None if a.at_s is None else round(a.at_s / 60, 1),
                          "note": state})

@@ -21,6 +21,7 @@ import ipywidgets as w
 from lab_utils.practice.concepts import Concept, ConceptResult, load_bank
 from lab_utils.practice.critiques import Critique, all_critiques
 from lab_utils.practice.drills import Drill, DrillSession
+from lab_utils.practice.items import shorten
 
 BOX = "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:4px 0"
 RED, GREEN, GREY = "#8a1c1c", "#1a7f37", "#57606a"
@@ -33,13 +34,6 @@ def block(text: str, color: str = "") -> str:
 
 def error_html(message: str) -> str:
     return f'<span style="color:{RED}">{html.escape(message)}</span>'
-
-
-def shorten(text: str, width: int = 90) -> str:
-    """``text`` cut at a word boundary to at most ``width`` characters, "…" marking the cut."""
-    if len(text) <= width:
-        return text
-    return text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
 
 
 def title(text: str) -> w.HTML:
@@ -99,10 +93,12 @@ class ConceptCard(w.VBox):
             return
         self.result, self.error.value = r, ""
         self.feedback.value = block(str(r))
-        self.points = [w.Checkbox(value=hint, description=f"key point {i} covered", indent=False)
-                       for i, hint in enumerate(r.hints, 1)]
+        self.points = [w.Checkbox(value=hint, indent=False, layout=w.Layout(width="28px"))
+                       for hint in r.hints]
+        rows = [w.HBox([cb, w.HTML(f"{i}. {html.escape(p.text)}")])   # each box beside its point
+                for i, (cb, p) in enumerate(zip(self.points, self.concept.points), 1)]
         self.points_box.children = [w.HTML("<b>Tick what your answer covered (the ticks are "
-                                           "pre-set by a keyword hint; you decide):</b>")] + self.points
+                                           "pre-set by a keyword hint; you decide):</b>")] + rows
         self.text.disabled = self.submit_button.disabled = True
         self.score_button.layout.display = ""
         if r.score is not None:
