@@ -111,6 +111,9 @@ class Exercise:
     signature: str = ""
     hint: str = ""
     solution_helpers: tuple[Callable, ...] = ()
+    # explain_failure(exc) -> str | None: the exercise's own reading of a launch that failed
+    # (a rank raised, died or hung), in the learner's words; None: the generic message.
+    explain_failure: Callable[[Exception], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -184,13 +187,48 @@ def list_exercises(lab: str | None = None) -> list[Exercise]:
     return sorted(found, key=lambda e: (e.lab, e.name))
 
 
+class _Source(str):
+    """The printed solution: a notebook cell ending in show_solution(...) shows it once (the
+    print), not a second time as the returned string's escaped repr."""
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython: nothing more to show
+        pass
+
+
 def show_solution(name: str) -> str:
     """Print (and return) the source of the reference solution. Hidden until asked."""
     ex = get(name)
     parts = [inspect.getsource(f) for f in (*ex.solution_helpers, ex.reference)]
-    text = "\n\n".join(parts)
-    print(f"# reference solution for {name!r} ({inspect.getsourcefile(ex.reference)})\n{text}")
+    text = _Source("\n\n".join(parts))
+    print(f"# reference solution for {name!r} (from {ex.reference.__module__})\n{text}")
     return text
+
+
+def raised_in(exc: Exception, wrong_group: bool = False) -> str:
+    """One plain line for an exception the learner's collective raised (no traceback): its
+    first line, and the likely cause. ``wrong_group``: the same code passed on the whole
+    world and raised on a sub-group, so a collective ran on the default group."""
+    first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+    text = str(exc)
+    if wrong_group and ("size" in text or "shape" in text):
+        return (f"wrong group: {first}. The same code ran on the whole world but not on a "
+                "sub-group: a collective ran on the default group (every rank), whose size does "
+                "not fit this group's buffers; pass group=group to every collective")
+    if "size" in text or "shape" in text:
+        return (f"{first} (a buffer of the wrong size: an all-gather's output is K times its "
+                "input, a reduce-scatter's output 1/K of it, K = the size of the group given)")
+    return f"{first} (raised inside your function)"
+
+
+def first_problem(problem: str | None, group: Any = None) -> tuple[int, str] | None:
+    """Every rank of ``group`` learns the first rank's problem (collective on ``group``):
+    (rank in the group, its message), or None when every rank is right. So a rank whose own
+    numbers are right reports its neighbour's cause, never "another rank is not right"."""
+    import torch.distributed as dist
+
+    problems: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(problems, problem, group=group)
+    return next(((r, p) for r, p in enumerate(problems) if p), None)
 
 
 # ---------------------------------------------------------------- helpers for check authors

@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from lab_utils.data import regression_batches, shard_for_rank
 from lab_utils.parallel.data_parallel import Bucket, BucketDDP, grad_ready as reference
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.models import ToyMLP
 from lab_utils.reference import default_loss, forward_backward
 
@@ -81,12 +82,22 @@ class _WaitSpy:
         dist.all_reduce = self.real
 
 
+def _holds_local_grads(model, batch, rank: int, n: int) -> bool:
+    """True when model's gradients are those of this rank's shard alone (never reduced)."""
+    local = ToyMLP(seed=0)
+    x, y = shard_for_rank(batch, rank, n)
+    default_loss(local(x), y).backward()
+    return n > 1 and all(p.grad is not None and torch.allclose(p.grad, q.grad, atol=1e-7)
+                         for p, q in zip(model.parameters(), local.parameters()))
+
+
 def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[str | None, str]:
     """One configuration on this rank's group: a problem (or None), and the summary."""
     from lab_utils.measure import CommLedger
 
     calls: dict[int, int] = {}  # id(bucket) -> gradients handed to fn in this backward
     early: list[str] = []
+    now = {"step": 0}
 
     def spy(bucket: Bucket, param) -> None:
         was_launched = bucket.work is not None
@@ -96,7 +107,13 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
         if bucket.work is not None and not was_launched and calls[id(bucket)] < len(bucket.params):
             early.append(f"a bucket's all-reduce was launched after {calls[id(bucket)]} of its "
                          f"{len(bucket.params)} gradients: the missing slots are still being "
-                         "written while the all-reduce reads the buffer (launch on the LAST one)")
+                         "written while the all-reduce reads the buffer (launch on the LAST one)"
+                         if now["step"] == 0 else
+                         f"step {now['step']}: a bucket launched its all-reduce after "
+                         f"{calls[id(bucket)]} of its {len(bucket.params)} gradients, though step "
+                         "0 launched every bucket on its last one: the readiness set (or count) "
+                         "is never cleared between steps, so it is already full; clear it when "
+                         "the bucket launches")
         if waits.waited:
             early.append("the hook WAITED for its all-reduce (a blocking call, or .wait() inside "
                          "the hook): the numbers come out right, but backward stops until the "
@@ -112,6 +129,7 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
     problem = None
     for step, batch in enumerate(batches):
         calls.clear()
+        now["step"] = step
         model.zero_grad(set_to_none=True)
         ref_model.zero_grad(set_to_none=True)
         forward_backward(ref_model, batch)
@@ -126,6 +144,10 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
                 problem = problem or f"step {step}: {exc}"
         problem = early[0] if early else problem
         want = dict(ref_model.named_parameters())
+        if problem is None and step == 0 and _holds_local_grads(model, batch, rank, n):
+            problem = ("every rank still holds its LOCAL gradient: the all-reduce ran on a copy "
+                       "(bucket.buffer / n makes a new tensor), so bucket.buffer was never "
+                       "reduced; divide and all-reduce bucket.buffer itself, in place")
         for name, p in model.named_parameters():
             if problem is None:
                 problem = compare_tensors(p.grad, want[name].grad, what=f"gradient of {name}")
@@ -157,8 +179,8 @@ def check(ctx, fn) -> Verdict:
         group = ctx.group if len(partition) == 1 else group
         seed = 3 + 10 * partition.index(ranks)  # each group trains on its own data
         problem, summary = _in_group(ctx, fn, group, len(ranks), ranks.index(me), seed, cap)
-        if not _all_ranks_agree(ctx, problem) and problem is None:  # every rank calls it
-            problem = "this rank is right, another rank is not"
+        found = first_problem(problem, ctx.group)  # every rank stops, with the first cause
+        problem = found and (problem if found[0] == ctx.rank else f"rank {found[0]}: {found[1]}")
         if problem:
             note = ("" if k == 0 else " (the whole world passed: on a sub-group use "
                     "bucket.group and bucket.world_size, and launch on the bucket's LAST "
