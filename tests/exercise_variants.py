@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab_utils.exercises import loss_scaler, mesh_groups
+from lab_utils.exercises import fsdp_unit_hooks, loss_scaler, mesh_groups
 from lab_utils.exercises.find_corrupt_rank import fingerprint
 from lab_utils.experiments.lab11 import dp_step
 from lab_utils.parallel.fsdp import UnitHooks
@@ -92,11 +92,8 @@ def zero1_right_zero_grad_first(flat_param, flat_grad, shard, optimizer, group):
 # ------------------------------------------------------------------------- fsdp_unit_hooks
 class FsdpGatherBf16(UnitHooks):
     @staticmethod
-    def pre_forward(unit, group):
-        send = unit.local_shards(torch.bfloat16)  # hard-coded: right only with bf16 training
-        recv = send.new_empty(unit.world * send.numel())
-        dist.all_gather_single(recv, send, group=group)
-        unit.unpack(recv)
+    def pre_forward(unit, group):  # hard-coded: right only with bf16 training
+        fsdp_unit_hooks.gather(unit, group, torch.bfloat16)
 
 
 class FsdpAsyncNoWait(UnitHooks):
@@ -112,10 +109,10 @@ class FsdpAsyncNoWait(UnitHooks):
 class FsdpAverageTwice(UnitHooks):
     @staticmethod
     def post_backward(unit, group):
-        send = unit.pack_grads(unit.reduce_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=AVG, group=group)
-        unit.accumulate_grads(recv / unit.world)  # AVG already divided
+        grads = unit.pack_grads(unit.reduce_dtype)
+        mine = torch.empty(grads.numel() // unit.world, dtype=grads.dtype)
+        dist.reduce_scatter_tensor(mine, grads, op=AVG, group=group)
+        unit.accumulate_grads(mine / unit.world)  # AVG already divided
         unit.free()
 
 

@@ -65,7 +65,8 @@ def test_every_grader_runs_several_configurations_and_rejects_three_wrong_versio
     versions (the test above runs them)."""
     for ex in exercises.discover().values():
         module = sys.modules[ex.check.__module__]
-        configs = [getattr(module, n) for n in ("CONFIGS", "PARTITIONS", "CASES") if hasattr(module, n)]
+        configs = [getattr(module, n) for n in ("CONFIGS", "PARTITIONS", "CASES")
+                   if hasattr(module, n)]
         assert configs and len(configs[0]) >= 2, f"{ex.name}: one configuration only"
         assert len(ex.wrong) >= 3, f"{ex.name}: {len(ex.wrong)} wrong versions, want >= 3"
 

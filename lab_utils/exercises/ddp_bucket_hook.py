@@ -251,7 +251,8 @@ def wrong_divides_by_world_size(bucket, param):
 register(Exercise(
     name="ddp_bucket_hook", lab="04_data_parallel",
     summary="the gradient-ready hook of bucketed DDP: flatten into the bucket, launch when full",
-    signature="fn(bucket: lab_utils.parallel.data_parallel.Bucket, param: nn.Parameter) -> None; sets bucket.work",
+    signature="fn(bucket: lab_utils.parallel.data_parallel.Bucket, param: nn.Parameter) -> None;"
+              " sets bucket.work",
     check=check, reference=reference,
     wrong={"forgets to divide by world size": wrong_no_divide,
            "launches before the bucket is complete": wrong_launch_on_first_grad,

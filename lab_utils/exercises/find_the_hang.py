@@ -184,7 +184,8 @@ def check(ctx, fn) -> Verdict:
             return Verdict.fail(f"{name}, rank {found[0]}: {found[1]}")
     return Verdict.ok("every rank ran its group's minimum number of steps (batches per rank "
                       + " and ".join(str(c) for _, c, _ in CONFIGS)
-                      + ", on the whole world and on groups [0, 2] / [1, 3]) and the replicas agree")
+                      + ", on the whole world and on groups [0, 2] / [1, 3]) and the replicas "
+                      "agree")
 
 
 _SYMPTOMS = ("connection closed", "connection reset", "died without", "timed out", "stuck",
@@ -206,8 +207,8 @@ def explain_failure(exc: Exception) -> str | None:
     more = ", ".join(f"{r} ({c})" for r, c in enumerate(counts) if c > few)
     first = str(exc).strip().splitlines()[0][:200]
     return (f"a hang: your ranks ran different numbers of collectives. Ranks 0-3 hold {counts} "
-            f"batches; looping over its own batches, ranks {short} ran out after {few} steps and went on to the next "
-            f"collective, while ranks {more} entered step {few + 1}'s gradient all-reduce and "
+            f"batches; looping over its own batches, ranks {short} ran out after {few} steps "
+            f"and went on to the next collective, while ranks {more} entered step {few + 1}'s gradient all-reduce and "
             f"waited there for ranks {short}, who never joined it. Agree on the step count over "
             "the group (one all-reduce MIN) BEFORE the loop. "
             f"(The transport reported it as: {first})")

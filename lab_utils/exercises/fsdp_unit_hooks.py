@@ -279,51 +279,52 @@ def check(ctx, hooks) -> Verdict:
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
+def gather(unit, group, dtype, on_group: bool = True) -> None:
+    """pre_forward's steps with a chosen dtype (and group): the wrong versions' building block."""
+    send = unit.local_shards(dtype)
+    recv = send.new_empty(unit.world * send.numel())
+    dist.all_gather_single(recv, send, group=group if on_group else None)
+    unit.unpack(recv)
+
+
+def reduce(unit, group, dtype, op=dist.ReduceOp.AVG, free: bool = True) -> None:
+    """post_backward's steps with a chosen dtype and op, the free optional."""
+    send = unit.pack_grads(dtype)
+    recv = send.new_empty(send.numel() // unit.world)
+    dist.reduce_scatter_single(recv, send, op=op, group=group)
+    unit.accumulate_grads(recv)
+    if free:
+        unit.free()
+
+
 class WrongNoFree(reference):
     @staticmethod
-    def post_backward(unit, group):
-        send = unit.pack_grads(unit.reduce_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.AVG, group=group)
-        unit.accumulate_grads(recv)  # ... and the full parameters stay allocated
+    def post_backward(unit, group):  # ... and the full parameters stay allocated
+        reduce(unit, group, unit.reduce_dtype, free=False)
 
 
 class WrongSum(reference):
     @staticmethod
     def post_backward(unit, group):
-        send = unit.pack_grads(unit.reduce_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.SUM, group=group)
-        unit.accumulate_grads(recv)
-        unit.free()
+        reduce(unit, group, unit.reduce_dtype, op=dist.ReduceOp.SUM)
 
 
 class WrongGatherDtype(reference):
     @staticmethod
-    def pre_forward(unit, group):
-        send = unit.local_shards(torch.float32)  # the shards' own dtype: twice the bytes in bf16
-        recv = send.new_empty(unit.world * send.numel())
-        dist.all_gather_single(recv, send, group=group)
-        unit.unpack(recv)
+    def pre_forward(unit, group):  # the shards' own dtype: twice the bytes in bf16
+        gather(unit, group, torch.float32)
 
 
 class WrongReduceDtype(reference):
     @staticmethod
     def post_backward(unit, group):
-        send = unit.pack_grads(unit.param_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.AVG, group=group)
-        unit.accumulate_grads(recv)
-        unit.free()
+        reduce(unit, group, unit.param_dtype)
 
 
 class WrongWorldGroup(reference):
     @staticmethod
-    def pre_forward(unit, group):
-        send = unit.local_shards(unit.param_dtype)
-        recv = send.new_empty(unit.world * send.numel())
-        dist.all_gather_single(recv, send)  # the default group: every rank, not this FSDP's
-        unit.unpack(recv)
+    def pre_forward(unit, group):  # the default group: every rank, not this FSDP's
+        gather(unit, group, unit.param_dtype, on_group=False)
 
 
 register(Exercise(
