@@ -493,6 +493,92 @@ def zb_right_rounds(stage, p, m):
     return out
 
 
+# ----------------------------------------------- learner-like mistakes in the five unprobed
+def naive_reduces_weights(model, group):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.data, op=AVG, group=group)  # the weights, not the gradients
+
+
+def naive_skips_frozen_by_requires_grad(model, group):
+    for p in model.parameters():
+        if p.requires_grad:  # an unused parameter also requires grad: its .grad is None
+            dist.all_reduce(p.grad, op=AVG, group=group)
+
+
+def ledger_master_in_optimizer(model, recipe):
+    got = ledger_right_table(model, recipe)
+    if recipe == "mixed_adam":
+        got["optimizer"] += got["master"]
+        got["master"] = 0
+    return got
+
+
+def ledger_fp32_grads_in_mixed(model, recipe):
+    got = ledger_right_table(model, recipe)
+    if recipe == "mixed_adam":
+        got["grads"] *= 2  # "gradients are accumulated in fp32"
+    return got
+
+
+def ledger_bf16_with_master(model, recipe):
+    got = ledger_right_table(model, recipe)
+    if recipe == "bf16_adam":
+        got["master"] = 2 * got["params"]
+    return got
+
+
+def mesh_own_groups_first(dp, tp, pp):
+    me, mine = dist.get_rank(), {}
+    for axis in ("tp", "dp", "pp"):
+        groups = mesh_groups.axis_groups(axis, dp, tp, pp)
+        groups.sort(key=lambda ranks: me not in ranks)  # my own group first: order differs
+        for ranks in groups:
+            g = dist.new_group(ranks)
+            if me in ranks:
+                mine[axis] = g
+    return mine
+
+
+def mesh_pp_consecutive(dp, tp, pp):
+    me, mine = dist.get_rank(), {}
+    for axis in ("tp", "dp", "pp"):
+        groups = mesh_groups.axis_groups("tp" if axis == "pp" else axis, dp, tp, pp)
+        if axis == "pp":  # "stages are neighbours": consecutive ranks
+            groups = [list(range(i, i + pp)) for i in range(0, dp * tp * pp, pp)]
+        for ranks in groups:
+            g = dist.new_group(ranks)
+            if me in ranks:
+                mine[axis] = g
+    return mine
+
+
+def fit_first_step_only(logs):
+    xs = [1 / log.n for log in logs]
+    ts = [log.step_s[0] for log in logs]  # the first (warm-up) step of each run
+    mx, mt = sum(xs) / len(xs), sum(ts) / len(ts)
+    b = sum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / sum((x - mx) ** 2 for x in xs)
+    a = mt - b * mx
+    return a / (a + b)
+
+
+def fit_speedup_ratio(logs):
+    """Amdahl solved from the first and last run's best steps, as if the first were N = 1."""
+    first, last = logs[0], logs[-1]
+    speedup = min(first.step_s) / min(last.step_s)
+    n = last.n
+    return (n / speedup - 1) / (n - 1)
+
+
+def corrupt_norm_compare(output, group):
+    n = dist.get_world_size(group)
+    norms = torch.zeros(n, dtype=torch.float64)
+    dist.all_gather_into_tensor(norms, output.double().norm().reshape(1), group=group)
+    mid = norms.median()
+    return sorted(dist.get_global_rank(group, r) for r in range(n)
+                  if not torch.isclose(norms[r], mid))
+
+
 WRONG = {
     "zero1_step": [
         (zero1_averages_twice, "you average twice: ReduceOp.AVG already divides by the group"),
@@ -515,6 +601,18 @@ WRONG = {
         (scaler_true_on_skip, "overflowed and was skipped, but your function returned True"),
         (scaler_returns_none, "returned None, not a bool"),
     ],
+    "naive_ddp": [(naive_reduces_weights, "nothing reached p.grad"),
+                  (naive_skips_frozen_by_requires_grad, "some parameters have .grad None")],
+    "state_ledger": [
+        (ledger_master_in_optimizer, "the fp32 master copy is a bucket of its own"),
+        (ledger_fp32_grads_in_mixed, "its weights and .grad are 2 B each"),
+        (ledger_bf16_with_master, "this recipe keeps no master copy"),
+    ],
+    "mesh_groups": [(mesh_pp_consecutive, "that is its tp group"),
+                    (mesh_own_groups_first, "but not in the same order")],
+    "fit_serial_fraction": [(fit_first_step_only, "You fitted the FIRST step of each run"),
+                            (fit_speedup_ratio, "T(1) is not measured")],
+    "find_corrupt_rank": [(corrupt_norm_compare, "a tolerance (allclose, norms) hides")],
     "ddp_bucket_hook": [
         (bucket_readiness_never_cleared, "the readiness set (or count) is never cleared "
                                          "between steps"),
@@ -529,13 +627,13 @@ RAISING = {
 # What the message of each wrong version an exercise module registers must say.
 MODULE_WRONG = {
     "ddp_bucket_hook": {
-        "forgets to divide by world size": "4 x the expected values everywhere",
+        "forgets to divide by world size": "they were SUMMED over the 4 ranks",
         "launches before the bucket is complete": "launched after 1 of its 2 gradients",
         "all-reduces a copy, not the bucket's buffer": "the all-reduce ran on a copy",
         "one blocking all-reduce per gradient": "the hook WAITED for its all-reduce",
         "waits for its all-reduce inside the hook (no overlap)": "the hook WAITED",
         "launches at the 2nd gradient (bucket size hard-coded)": "launched after 2 of its 4",
-        "divides by the world size, not the group's": "0.5 x the expected values",
+        "divides by the world size, not the group's": "the size of the WHOLE world",
     },
     "find_corrupt_rank": {
         "rank 0 taken as the truth": "the reference value came from the corrupt rank",

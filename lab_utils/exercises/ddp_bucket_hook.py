@@ -82,6 +82,20 @@ class _WaitSpy:
         dist.all_reduce = self.real
 
 
+def _factor(got, want, n: int, world: int) -> str | None:
+    """Name a gradient that is a whole factor off: summed, or divided by the world's size."""
+    if got is None or got.shape != want.shape or not want.norm():
+        return None
+    ratio = (got.norm() / want.norm()).item()
+    if n > 1 and torch.allclose(got, n * want, rtol=1e-4, atol=1e-7):
+        return (f"the gradients are {n} x the average: they were SUMMED over the {n} ranks; "
+                "divide bucket.buffer by bucket.world_size before the all-reduce (it sums)")
+    if world != n and torch.allclose(got, n / world * want, rtol=1e-4, atol=1e-7):
+        return (f"the gradients are {ratio:.2g} x the average: divided by {world}, the size of "
+                f"the WHOLE world, but this group has {n} ranks (bucket.world_size)")
+    return None
+
+
 def _holds_local_grads(model, batch, rank: int, n: int) -> bool:
     """True when model's gradients are those of this rank's shard alone (never reduced)."""
     local = ToyMLP(seed=0)
@@ -151,7 +165,8 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
         for name, p in model.named_parameters():
             if problem is None:
                 problem = compare_tensors(p.grad, want[name].grad, what=f"gradient of {name}")
-                problem = problem and f"step {step}: {problem}"
+                named = problem and _factor(p.grad, want[name].grad, n, ctx.world_size)
+                problem = problem and f"step {step}: {named or problem}"
         if not _all_ranks_agree(ctx, problem):  # over the WORLD: every rank stops together
             return problem, ""
         launched = ledger.count("all_reduce", phase="backward")

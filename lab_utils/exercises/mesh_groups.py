@@ -145,6 +145,11 @@ def _collective_problem(calls: list) -> str | None:
     for r, rank_calls in enumerate(calls[1:], 1):
         if [g for g, _ in rank_calls] != [g for g, _ in first]:
             show = lambda cs: [list(g) for g, _ in cs][:6]  # noqa: E731
+            if sorted(g for g, _ in rank_calls) == sorted(g for g, _ in first):
+                return (f"every rank created every group, but not in the same order: rank 0 "
+                        f"created {show(first)}, rank {r} created {show(rank_calls)}. "
+                        "dist.new_group is a COLLECTIVE matched by call order: build the groups "
+                        "in one fixed order on every rank (not its own group first)")
             return (f"dist.new_group is a COLLECTIVE: every rank must call it for EVERY group, "
                     f"in the same order, whether or not it is a member (or pass "
                     f"use_local_synchronization=True). Rank 0 created {show(first)}, rank {r} "
