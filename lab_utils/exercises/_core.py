@@ -52,6 +52,14 @@ The contract, field by field (``Exercise``):
     that the reference passes and that every wrong implementation is rejected.
   * ``world_size`` (2-4 on CPU), ``timeout_s`` (deadline of one launch; a deadlock in the
     learner's code costs about 3/4 of it), ``signature`` and ``hint`` (shown on failure).
+  * ``explain_failure(exc) -> str | None`` (optional): the exercise's reading of a launch that
+    failed (a rank raised, died or hung), e.g. find_the_hang's "a hang: ...".
+A message names the learner's MISCONCEPTION, in their words ("you average twice: ReduceOp.AVG
+already divides by the group size"), not only the symptom; tests/exercise_variants.py holds the
+phrase each wrong version's message must contain. Helpers: ``first_problem(problem, group)``
+(every rank stops together and reports the first failing rank's cause), ``raised_in(exc)``
+(one plain line for an exception from a collective: "wrong group: ..." when it ran on the
+default group).
 
 Learner-facing API (re-exported by ``lab_utils.exercises``):
     check(name, fn, world_size=None, quiet=True) -> CheckResult   # prints the verdict
@@ -195,12 +203,31 @@ class _Source(str):
         pass
 
 
+def _imports_needed(funcs: tuple[Callable, ...]) -> list[str]:
+    """``from module import name`` for each global a function's body uses that a notebook
+    does not have (not a module, not printed with it), e.g. zero1's ``AVG``."""
+    shown = {f.__name__ for f in funcs}
+    lines = []
+    for f in funcs:
+        code, module = getattr(f, "__code__", None), getattr(f, "__module__", "")
+        for n in (code.co_names if code else ()):
+            value = f.__globals__.get(n)
+            if value is None or n in shown or inspect.ismodule(value):
+                continue
+            defined = inspect.isfunction(value) or inspect.isclass(value)
+            origin = (getattr(value, "__module__", None) or "") if defined else module
+            if origin.startswith("lab_utils"):  # a constant: from where the function has it
+                lines.append(f"from {origin} import {n}")
+    return sorted(set(lines))
+
+
 def show_solution(name: str) -> str:
     """Print (and return) the source of the reference solution. Hidden until asked."""
     ex = get(name)
-    parts = [inspect.getsource(f) for f in (*ex.solution_helpers, ex.reference)]
-    text = _Source("\n\n".join(parts))
-    print(f"# reference solution for {name!r} (from {ex.reference.__module__})\n{text}")
+    funcs = (*ex.solution_helpers, ex.reference)
+    text = _Source("\n\n".join(inspect.getsource(f) for f in funcs))
+    needs = "".join(f"{line}\n" for line in _imports_needed(funcs))
+    print(f"# reference solution for {name!r} (from {ex.reference.__module__})\n{needs}{text}")
     return text
 
 
