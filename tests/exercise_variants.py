@@ -320,11 +320,12 @@ def naive_right_flat_buffer(model, group):
         g.copy_(part.view_as(g))
 
 
-def naive_right_divide_after(model, group):
-    for p in model.parameters():
-        if p.grad is not None:
-            dist.all_reduce(p.grad, group=group)
-            p.grad /= dist.get_world_size(group)
+def naive_right_last_layer_first(model, group):
+    """Backward's order (the last layer's gradients are ready first), a list of the grads."""
+    grads = [p.grad for p in reversed(list(model.parameters())) if p.grad is not None]
+    for g in grads:
+        g.mul_(1.0 / dist.get_world_size(group))
+        dist.all_reduce(g, group=group)
 
 
 # ------------------------------------------------------------------------- ring_all_reduce
@@ -388,29 +389,32 @@ def ledger_right_by_tensor(model, recipe):
 
 
 # ----------------------------------------------------------------------------- mesh_groups
-def mesh_right_formula(dp, tp, pp):
+def _build(groups_of) -> dict:
+    """Every rank creates the groups ``groups_of(axis)`` lists, in that order; keeps its own."""
     me, mine = dist.get_rank(), {}
-    world = dp * tp * pp
-    for axis, key in (("tp", lambda r: (r // tp)), ("dp", lambda r: (r // (dp * tp), r % tp)),
-                      ("pp", lambda r: r % (dp * tp))):
-        members: dict = {}
-        for r in range(world):
-            members.setdefault(key(r), []).append(r)
-        for ranks in members.values():  # the same order on every rank (insertion order)
+    for axis in ("tp", "dp", "pp"):
+        for ranks in groups_of(axis):
             g = dist.new_group(ranks)
             if me in ranks:
                 mine[axis] = g
     return mine
 
 
+def mesh_right_formula(dp, tp, pp):
+    """Group the ranks by the coordinates they share, from the layout formula."""
+    key = {"tp": lambda r: r // tp, "dp": lambda r: (r // (dp * tp), r % tp),
+           "pp": lambda r: r % (dp * tp)}
+
+    def groups_of(axis):
+        members: dict = {}
+        for r in range(dp * tp * pp):
+            members.setdefault(key[axis](r), []).append(r)
+        return list(members.values())  # insertion order: the same on every rank
+    return _build(groups_of)
+
+
 def mesh_right_via_helper_order(dp, tp, pp):
-    me, mine = dist.get_rank(), {}
-    for axis in ("tp", "dp", "pp"):
-        for ranks in mesh_groups.axis_groups(axis, dp, tp, pp):
-            g = dist.new_group(sorted(ranks))
-            if me in ranks:
-                mine[axis] = g
-    return mine
+    return _build(lambda axis: [sorted(r) for r in mesh_groups.axis_groups(axis, dp, tp, pp)])
 
 
 # --------------------------------------------------------------------- fit_serial_fraction
@@ -529,28 +533,15 @@ def ledger_bf16_with_master(model, recipe):
 
 
 def mesh_own_groups_first(dp, tp, pp):
-    me, mine = dist.get_rank(), {}
-    for axis in ("tp", "dp", "pp"):
-        groups = mesh_groups.axis_groups(axis, dp, tp, pp)
-        groups.sort(key=lambda ranks: me not in ranks)  # my own group first: order differs
-        for ranks in groups:
-            g = dist.new_group(ranks)
-            if me in ranks:
-                mine[axis] = g
-    return mine
+    me = dist.get_rank()  # my own group first: the order differs from rank to rank
+    return _build(lambda axis: sorted(mesh_groups.axis_groups(axis, dp, tp, pp),
+                                      key=lambda ranks: me not in ranks))
 
 
 def mesh_pp_consecutive(dp, tp, pp):
-    me, mine = dist.get_rank(), {}
-    for axis in ("tp", "dp", "pp"):
-        groups = mesh_groups.axis_groups("tp" if axis == "pp" else axis, dp, tp, pp)
-        if axis == "pp":  # "stages are neighbours": consecutive ranks
-            groups = [list(range(i, i + pp)) for i in range(0, dp * tp * pp, pp)]
-        for ranks in groups:
-            g = dist.new_group(ranks)
-            if me in ranks:
-                mine[axis] = g
-    return mine
+    world = dp * tp * pp  # "stages are neighbours": consecutive ranks
+    return _build(lambda axis: [list(range(i, i + pp)) for i in range(0, world, pp)]
+                  if axis == "pp" else mesh_groups.axis_groups(axis, dp, tp, pp))
 
 
 def fit_first_step_only(logs):
@@ -752,7 +743,7 @@ RIGHT = {
     "loss_scaler": [scaler_right_unscale_by_multiply, scaler_right_gradscaler_math],
     "find_the_hang": [ftH_right_all_gather_counts, ftH_right_negated_max],
     "ddp_bucket_hook": [bucket_right_readiness_set, bucket_right_avg_op],
-    "naive_ddp": [naive_right_flat_buffer, naive_right_divide_after],
+    "naive_ddp": [naive_right_flat_buffer, naive_right_last_layer_first],
     "ring_all_reduce": [ring_right_blocking, ring_right_counter_clockwise],
     "state_ledger": [ledger_right_table, ledger_right_by_tensor],
     "mesh_groups": [mesh_right_formula, mesh_right_via_helper_order],
