@@ -696,7 +696,7 @@ MODULE_WRONG = {
         "reduce-scatter phase only": "The all-gather phase is missing",
         "calls dist.all_reduce": "build the ring from send/recv (isend/irecv) only",
         "passes the whole tensor": "Sending whole tensors costs N/2 times more",
-        "averages instead of sums": "0.25 x the expected values everywhere",
+        "averages instead of sums": "you averaged, but this all-reduce SUMS",
         "returns a new tensor, input untouched": "but in a NEW tensor",
         "ignores the group argument": "the ring ignored `group`",
     },

@@ -62,6 +62,9 @@ def _in_group(fn: Any, group: Any, group_ranks: tuple[int, ...], me: int) -> str
                     f"({list(group_ranks)}): the ring ignored `group`. Take n and your position "
                     "from dist.get_world_size(group) / dist.get_rank(group), and pass "
                     "group=group to every send and recv")
+        if problem and n > 1 and torch.allclose(got, expected / n, rtol=1e-5, atol=1e-5):
+            return (f"the result is 1/{n} of the sum: you averaged, but this all-reduce SUMS "
+                    "(as dist.all_reduce does by default); do not divide by N")
         if problem and n > 1:
             r = group_ranks.index(me)
             mine, want = got.tensor_split(n)[r], expected.tensor_split(n)[r]
