@@ -53,3 +53,15 @@ def test_batch_size_rules_and_chinchilla():
         compute_optimal(5.76)
     with pytest.raises(ValueError, match="optimizer"):
         lr_for_batch(1e-3, 256, 1024, "lamb")
+
+
+def test_roofline_by_hand():
+    """H100 over NVLink 4 and over one NDR NIC; TP and FSDP intensities from their formulas."""
+    from lab_utils.calc import critical_intensity, fsdp_intensity, tp_intensity
+    assert critical_intensity(989e12, 450e9) == pytest.approx(2197.8, rel=1e-4)
+    assert critical_intensity(989e12, 50e9) == pytest.approx(19780)
+    assert tp_intensity(8192, 8) == pytest.approx(3 * 8192 / 7)  # bf16: 3h / (t-1)
+    assert fsdp_intensity(4096, 2, 2, 2) == pytest.approx(6 * 4096 * 2 / (1 * 6))
+    assert tp_intensity(8192, 1) == float("inf")
+    with pytest.raises(ValueError, match="device_flops"):
+        critical_intensity(989, 450e9)  # TFLOP/s typed as FLOP/s

@@ -32,6 +32,7 @@ gives the formula, its source and the lab.
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
     batch_size    lr_for_batch (SGD linear, Adam sqrt), large_batch_tradeoff (lab 02)
     compute_optimal  compute_optimal: Chinchilla's N and D for a budget (lab 10)
+    roofline      critical_intensity, tp_intensity, fsdp_intensity     (labs 05, 06, 08)
     facts         SHARED_FACTS: facts several labs state, one source (tests/test_shared_facts)
     _line_fit     least squares for fit_alpha_beta and fit_serial_fraction (labs 03, 10)
 """
@@ -45,6 +46,7 @@ from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_b
                                  busbw_factor, collective_time, dp_bytes_per_rank,
                                  fit_alpha_beta, hierarchical_all_reduce_time,
                                  pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
+from lab_utils.calc.roofline import critical_intensity, fsdp_intensity, tp_intensity
 from lab_utils.calc.compute_optimal import ComputeOptimal, compute_optimal
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
@@ -73,6 +75,7 @@ from lab_utils.calc.training import (NARAYANAN_SEC51, NarayananEstimate, Trainin
 from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 
 __all__ = [
+    "critical_intensity", "tp_intensity", "fsdp_intensity",
     "lr_for_batch", "large_batch_tradeoff", "BatchTradeoff", "compute_optimal", "ComputeOptimal",
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
