@@ -220,3 +220,56 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
         raise ValueError("all message sizes are equal; measure at least two different sizes")
     alpha, beta, r2 = line_fit(xs, ys)
     return AlphaBetaFit(alpha_s=alpha, beta_s_per_byte=beta, r2=r2)
+
+
+def hierarchical_time(op: str, per_node: int, nodes: int, size_bytes: float,
+                      intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
+                      inter_bw: float) -> float:
+    """Two-level ring time of ``op`` over ``per_node`` ranks on each of ``nodes`` nodes.
+
+        all_reduce      reduce-scatter inside the node (D), all-reduce across nodes on D/k
+                        (each GPU over its own NIC), all-gather inside the node (D)
+        reduce_scatter  reduce-scatter inside (D), then across nodes on D/k
+        all_gather      all-gather across nodes on D/k, then inside (D)
+        broadcast/reduce  across nodes (D), then inside (D)
+    all_to_all and send_recv have no two-level form here: the flat ring at the inter-node link.
+    k = per_node. Each phase is ``collective_time`` (ring). Lab 03 (hierarchical vs flat).
+    """
+    choice("op", op, OPS)
+    k, m = pos_int("per_node", per_node), pos_int("nodes", nodes)
+    d = nonneg_num("size_bytes", size_bytes)
+
+    def intra(o: str, size: float) -> float:
+        return collective_time(o, k, size, intra_alpha_s, intra_bw)
+
+    def inter(o: str, size: float) -> float:
+        return collective_time(o, m, size, inter_alpha_s, inter_bw)
+
+    if op == "all_reduce":
+        return intra("reduce_scatter", d) + inter("all_reduce", d / k) + intra("all_gather", d)
+    if op == "reduce_scatter":
+        return intra("reduce_scatter", d) + inter("reduce_scatter", d / k)
+    if op == "all_gather":
+        return inter("all_gather", d / k) + intra("all_gather", d)
+    if op in ("broadcast", "reduce"):
+        return inter(op, d) + intra(op, d)
+    return collective_time(op, k * m, d, inter_alpha_s, inter_bw)
+
+
+def group_collective_time(op: str, size: int, nodes: int, per_node: int, size_bytes: float,
+                          intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
+                          inter_bw: float) -> float:
+    """Time of ``op`` on a group of ``size`` ranks spread over ``nodes`` nodes (at most
+    ``per_node`` on one): inside one node, a ring on the intra-node link; one rank per node,
+    a ring on the inter-node link; both, the faster of a flat ring at the inter-node link (its
+    slowest hop) and ``hierarchical_time`` (as NCCL's tuner picks an algorithm). The emulated
+    cluster (``lab_utils.twin``) charges every collective with it. Lab 03."""
+    size, nodes, per_node = (pos_int("size", size), pos_int("nodes", nodes),
+                             pos_int("per_node", per_node))
+    if nodes == 1:
+        return collective_time(op, size, size_bytes, intra_alpha_s, intra_bw)
+    flat = collective_time(op, size, size_bytes, inter_alpha_s, inter_bw)
+    if per_node == 1:
+        return flat
+    return min(flat, hierarchical_time(op, per_node, nodes, size_bytes, intra_alpha_s,
+                                       intra_bw, inter_alpha_s, inter_bw))

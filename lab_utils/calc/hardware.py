@@ -133,3 +133,72 @@ def dgx_h100(n_nodes: int) -> Cluster:
     d = DEVICES["H100-SXM5-80GB"]
     return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink4"].bytes_per_s,
                    LINKS["IB-NDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX H100")
+
+
+# ----------------------------------------------------------------- named cluster presets
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A named kind of GPU node, from vendor data sheets: the GPU (a ``DEVICES`` key), GPUs per
+    node, the intra-node link and the per-GPU inter-node link (``LINKS`` keys), their alphas,
+    and ``compute_efficiency``: the ONE fraction of the GPU's dense peak that compute is
+    charged at (the emulated cluster, ``lab_utils.twin``; never tuned per experiment)."""
+
+    name: str
+    device: str
+    gpus_per_node: int
+    intra_link: str
+    inter_link: str
+    intra_latency_s: float
+    inter_latency_s: float
+    compute_efficiency: float
+    source: str
+
+    def __post_init__(self) -> None:
+        text("ClusterSpec.name", self.name)
+        if self.device not in DEVICES:
+            raise ValueError(f"ClusterSpec.device {self.device!r} is not in DEVICES; "
+                             f"known: {', '.join(DEVICES)}")
+        pos_int("ClusterSpec.gpus_per_node", self.gpus_per_node)
+        for f in ("intra_link", "inter_link"):
+            if getattr(self, f) not in LINKS:
+                raise ValueError(f"ClusterSpec.{f} {getattr(self, f)!r} is not in LINKS; "
+                                 f"known: {', '.join(LINKS)}")
+        nonneg_num("ClusterSpec.intra_latency_s", self.intra_latency_s)
+        nonneg_num("ClusterSpec.inter_latency_s", self.inter_latency_s)
+        pos_num("ClusterSpec.compute_efficiency", self.compute_efficiency)
+        if self.compute_efficiency > 1:
+            raise ValueError(f"ClusterSpec.compute_efficiency is a fraction of peak in (0, 1], "
+                             f"got {self.compute_efficiency}")
+        text("ClusterSpec.source", self.source)
+
+    def cluster(self, n_nodes: int) -> Cluster:
+        """The planner's ``Cluster`` of ``n_nodes`` such nodes (same numbers)."""
+        d = DEVICES[self.device]
+        return Cluster(self.gpus_per_node, pos_int("n_nodes", n_nodes), d.memory_bytes,
+                       LINKS[self.intra_link].bytes_per_s, LINKS[self.inter_link].bytes_per_s,
+                       d.peak_flops, self.intra_latency_s, self.inter_latency_s,
+                       name=f"{n_nodes}x {self.name}")
+
+
+# One efficiency per GPU generation, shared by every preset with that GPU. No GEMM benchmark
+# was run for these (no GPU was lent when they were set): 0.6 is an ASSUMED fraction of the
+# dense bf16 peak reached by the matmuls of large transformer layers; calibrate it on a real
+# GPU (issue 35, item 10) and replace it with the measured value, its date and torch version.
+ASSUMED_EFFICIENCY = 0.6
+_EFF_NOTE = "compute_efficiency 0.6 ASSUMED (not measured)"
+
+CLUSTER_SPECS: dict[str, ClusterSpec] = {s.name: s for s in (
+    ClusterSpec("DGX H100", "H100-SXM5-80GB", 8, "NVLink4", "IB-NDR", 3e-6, 10e-6,
+                ASSUMED_EFFICIENCY, "NVIDIA DGX H100 datasheet: 8 H100 SXM5, NVLink 4 (450 GB/s "
+                "per direction per GPU), 8 ConnectX-7 400 Gb/s (one per GPU); " + _EFF_NOTE),
+    ClusterSpec("DGX A100", "A100-SXM4-80GB", 8, "NVLink3", "IB-HDR", 3e-6, 10e-6,
+                ASSUMED_EFFICIENCY, "NVIDIA DGX A100 datasheet: 8 A100 SXM4 80GB, NVLink 3 "
+                "(300 GB/s per direction per GPU), 8 ConnectX-6 200 Gb/s (one per GPU); "
+                + _EFF_NOTE),
+    ClusterSpec("PCIe A100", "A100-SXM4-80GB", 8, "PCIe4-x16", "100GbE", 10e-6, 20e-6,
+                ASSUMED_EFFICIENCY, "a PCIe server: 8 A100 80GB on PCIe Gen4 x16 (~32 GB/s "
+                "each way, no NVLink), one 100 GbE port per GPU; " + _EFF_NOTE),
+    ClusterSpec("10GbE L4", "L4", 4, "PCIe4-x16", "10GbE", 10e-6, 50e-6, ASSUMED_EFFICIENCY,
+                "a commodity cluster: 4 L4 per node on PCIe Gen4, 10 Gb/s Ethernet per GPU; "
+                + _EFF_NOTE),
+)}
