@@ -1,6 +1,8 @@
 """Command line: `python -m lab_utils <command>` (lab 00).
 
     python -m lab_utils doctor                                    pre-flight check
+    python -m lab_utils twin validate                             the emulated cluster vs calc
+                                                                  and published runs (a table)
     python -m lab_utils cards --lab 05                            flashcards in the terminal
     python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
@@ -114,6 +116,12 @@ def _cmd_cards(ns: argparse.Namespace) -> int:
     return cli_main(ns.rest)
 
 
+def _cmd_twin(ns: argparse.Namespace) -> int:
+    from lab_utils.twin.validate import main
+
+    return main(["--no-grid"] if ns.no_grid else [])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     doc_p = sub.add_parser("doctor", help="check this machine is ready for the labs")
     doc_p.add_argument("--no-smoke", action="store_true", help="skip the 2-rank launch")
     doc_p.set_defaults(func=_cmd_doctor)
+    twin_p = sub.add_parser("twin", help="the emulated GPU cluster: `twin validate`")
+    twin_p.add_argument("action", choices=("validate",))
+    twin_p.add_argument("--no-grid", action="store_true", help="only the published rows")
+    twin_p.set_defaults(func=_cmd_twin)
     return parser
 
 

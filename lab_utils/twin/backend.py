@@ -8,7 +8,7 @@ to a real ``ProcessGroupGloo`` (the numbers are exact) and charges the rank's vi
 * a collective: the participants' ready times meet in a tiny MAX all-reduce on a second gloo
   group with the same members (same order as the real calls, so it cannot deadlock); it starts
   at that maximum and lasts ``calc.comm.group_collective_time`` over the links the group spans;
-* send: the sender's start travels to the receiver as a one-number header on the side group;
+* send: the sender's start travels to the receiver in front of the data (8 bytes, one message);
   the receive ends at max(its own ready time, the sender's start) + the link's alpha-beta cost;
 * the returned work's ``wait()`` advances the rank's clock to the work's end; work issued in a
   backward pass (DDP's buckets, FSDP2's reduce-scatters) is joined when that backward ends, as
@@ -206,7 +206,8 @@ class EmulatedGroup(ProcessGroup):
         opts = opts if opts is not None else dist.BarrierOptions()
         return self._coll("all_reduce", 0, lambda: self.inner.barrier(opts))
 
-    # -- point to point ("p2p" stream; the sender's start travels in a header)
+    # -- point to point ("p2p" stream). The sender's start time travels IN the message: 8 bytes
+    # in front of the data (one message, one channel: nothing to keep in order across groups).
     def _p2p_cost(self, s: Any, peer: int, nbytes: float) -> float:
         c, me, other = s.cluster, self.ranks[self.rank()], self.ranks[peer]
         link = c.intra if c.node_of(me) == c.node_of(other) else c.inter
@@ -219,11 +220,11 @@ class EmulatedGroup(ProcessGroup):
         s.count("send")
         nb = _nbytes(tensors) * s.scale.bytes
         start = s.clock.ready("p2p")
-        header = torch.tensor([start], dtype=torch.float64)
-        hwork = self._forward(lambda: self.side.send([header], dst, tag))
+        head = torch.tensor([start], dtype=torch.float64).view(torch.uint8)
+        msg = torch.cat([head] + [t.contiguous().view(-1).view(torch.uint8) for t in tensors])
         end = s.clock.occupy("p2p", start, self._p2p_cost(s, dst, nb), "send", nb)
-        work = EmulatedWork(self._forward(lambda: self.inner.send(tensors, dst, tag)), end)
-        work._header = (header, hwork)  # alive until the work goes
+        work = EmulatedWork(self._forward(lambda: self.inner.send([msg], dst, tag)), end)
+        work._msg = msg  # alive until the work goes
         return work
 
     def recv(self, tensors: Any, src: int, tag: int) -> EmulatedWork:
@@ -233,18 +234,21 @@ class EmulatedGroup(ProcessGroup):
         s.count("recv")
         nb = _nbytes(tensors) * s.scale.bytes
         ready, cost = s.clock.ready("p2p"), self._p2p_cost(s, src, nb)
-        header = torch.empty(1, dtype=torch.float64)
-        hwork = self._forward(lambda: self.side.recv([header], src, tag))
+        msg = torch.empty(8 + _nbytes(tensors), dtype=torch.uint8)
         done: list[float] = []
 
         def end() -> float:
-            if not done:
-                hwork.wait()
-                start = max(ready, float(header[0]))
+            if not done:  # unpack once: the data into the caller's tensors, the start
+                at = 8
+                for t in tensors:
+                    n = t.numel() * t.element_size()
+                    t.copy_(msg[at:at + n].view(t.dtype).view(t.shape))
+                    at += n
+                start = max(ready, float(msg[:8].view(torch.float64)[0]))
                 done.append(s.clock.occupy("p2p", start, cost, "recv", nb))
             return done[0]
 
-        return EmulatedWork(self._forward(lambda: self.inner.recv(tensors, src, tag)), end)
+        return EmulatedWork(self._forward(lambda: self.inner.recv([msg], src, tag)), end)
 
 
 def _create(opts: Any, backend_options: Any) -> EmulatedGroup:
