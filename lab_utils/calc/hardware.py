@@ -187,6 +187,15 @@ class ClusterSpec:
 ASSUMED_EFFICIENCY = 0.6
 _EFF_NOTE = "compute_efficiency 0.6 ASSUMED (not measured)"
 
+# This machine, MEASURED (python -m lab_utils.twin.calibrate; 2026-11-28, torch 2.13.0+cpu,
+# 2 cores shared with other jobs, load 18): one core per rank, loopback gloo as both links.
+THIS_MACHINE = Device("this-cpu (measured)", 120.8e9, 25.3e9, 46.9e9,
+                      "measured 2026-11-28 on the course's 2-core machine: fp32 512^3 matmul "
+                      "on one thread 120.8 GFLOP/s; a 256 MB copy 46.9 GB/s; 25.3 GB RAM")
+DEVICES[THIS_MACHINE.name] = THIS_MACHINE
+LINKS["gloo-loopback"] = Link("gloo-loopback", 1.864e9, "measured 2026-11-28: 2-rank gloo "
+                              "all-reduce sweep 16 B-4 MB, alpha 36.8 us, 1.86 GB/s, r^2 0.98")
+
 CLUSTER_SPECS: dict[str, ClusterSpec] = {s.name: s for s in (
     ClusterSpec("DGX H100", "H100-SXM5-80GB", 8, "NVLink4", "IB-NDR", 3e-6, 10e-6,
                 ASSUMED_EFFICIENCY, "NVIDIA DGX H100 datasheet: 8 H100 SXM5, NVLink 4 (450 GB/s "
@@ -201,4 +210,7 @@ CLUSTER_SPECS: dict[str, ClusterSpec] = {s.name: s for s in (
     ClusterSpec("10GbE L4", "L4", 4, "PCIe4-x16", "10GbE", 10e-6, 50e-6, ASSUMED_EFFICIENCY,
                 "a commodity cluster: 4 L4 per node on PCIe Gen4, 10 Gb/s Ethernet per GPU; "
                 + _EFF_NOTE),
+    ClusterSpec("This machine", THIS_MACHINE.name, 2, "gloo-loopback", "gloo-loopback",
+                36.8e-6, 36.8e-6, 1.0, "this 2-core machine as measured (efficiency 1: the "
+                "peak IS the measured matmul rate); what the labs' raw wall clocks see"),
 )}
