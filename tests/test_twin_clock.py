@@ -140,3 +140,15 @@ def test_outputs_timeline_trace_and_figure(tmp_path):
     assert len(x) == 6 and x[1]["ts"] == 1e6 and x[1]["dur"] == 2e6
     fig = twin.figure(em)
     assert {"rank 0 compute", "rank 0 comm"} <= {y for d in fig.data for y in d.y}
+
+
+def test_scale_model_charges_the_full_models_proportions():
+    from lab_utils.calc.params import param_count, preset
+
+    s = twin.Scale.model("llama3-8b", 2e5, 4, 64, 32)
+    n = param_count(preset("llama3-8b")).total
+    assert s.bytes == pytest.approx(n / 2e5)
+    assert s.flops == pytest.approx((6 * n + 12 * 32 * 32 * 4096) / (6 * 2e5 + 12 * 4 * 32 * 64))
+    assert "llama3-8b" in s.name
+    with pytest.raises(ValueError, match="tiny_params"):
+        twin.Scale.model("llama3-8b", 0, 4, 64, 32)

@@ -26,19 +26,20 @@ class Scale:
         pos_num("Scale.bytes", self.bytes)
 
     @staticmethod
-    def model(full: str, tiny_params: float, tiny_tokens: float, full_tokens: float,
-              tiny_layers: int, seq_len: int) -> "Scale":
+    def model(full: str, tiny_params: float, tiny_layers: int, tiny_hidden: int,
+              seq_len: int) -> "Scale":
         """Ratios of the full model ``full`` (a ``calc.params.preset`` name, e.g.
-        "llama3-8b") over the tiny one: bytes by parameter count (gradients and weights are
-        what data-parallel collectives move), FLOPs by ``calc.scaling.flops_per_token`` x
-        tokens per step."""
+        "llama3-8b") over the tiny one, at the same tokens per step: FLOPs by
+        ``calc.scaling.flops_per_token`` (6 N + the attention term), bytes by parameter count
+        (gradients and weights are what data-parallel collectives move; activation messages
+        really grow with the hidden size only: an approximation, labelled by the name)."""
         from lab_utils.calc.params import param_count, preset
         from lab_utils.calc.scaling import flops_per_token
 
         cfg = preset(full)
-        n_full = param_count(cfg).total
-        f_full = flops_per_token(n_full, cfg.n_layers, seq_len) * pos_num("full_tokens",
-                                                                           full_tokens)
-        f_tiny = flops_per_token(pos_num("tiny_params", tiny_params), tiny_layers,
-                                 seq_len) * pos_num("tiny_tokens", tiny_tokens)
-        return Scale(f_full / f_tiny, n_full / tiny_params, f"scaled to {full}")
+        n_full, n_tiny = param_count(cfg).total, pos_num("tiny_params", tiny_params)
+        f_full = flops_per_token(n_full, cfg.n_layers, seq_len, cfg.hidden)
+        f_tiny = flops_per_token(n_tiny, tiny_layers, seq_len, tiny_hidden)
+        return Scale(f_full / f_tiny, n_full / n_tiny,
+                     f"charged as {full} (FLOPs x{f_full / f_tiny:.3g}, "
+                     f"bytes x{n_full / n_tiny:.3g}; approximate)")
