@@ -16,7 +16,7 @@ def table():
 def test_every_row_within_its_bound(table):
     rows, text = table
     assert [r.name for r in rows if r.part == "a"] == [
-        "ddp", "fsdp", "tp", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zb-h1"]
+        "ddp", "fsdp", "tp", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zb-h1", "3d"]
     assert len([r for r in rows if r.part == "b"]) == 6
     assert all(r.ok for r in rows), text
 

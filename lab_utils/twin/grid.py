@@ -99,6 +99,39 @@ def pipeline_step(ctx: Any, schedule: str) -> float:
     return _timed(go)
 
 
+def _tp_mlp(g: Any, seed: int) -> nn.Module:
+    from lab_utils.parallel.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
+    torch.manual_seed(seed)
+    return nn.Sequential(ColumnParallelLinear(nn.Linear(H, 4 * H, bias=False), g),
+                         RowParallelLinear(nn.Linear(4 * H, H, bias=False), g))
+
+
+def step_3d(ctx: Any) -> dict[str, float]:
+    """pp=2 (one stage per node) x dp=2 x tp=2 on 8 ranks: 1F1B over TP MLP stages, then the
+    data-parallel all-reduce of each rank's gradient shards. Rank = 4 stage + 2 d + t."""
+    from lab_utils.parallel.pipeline_parallel.schedules import one_f_one_b
+    from lab_utils.parallel.pipeline_parallel.stage import StageWorker
+
+    r = ctx.rank
+    st, d, t = r // 4, (r // 2) % 2, r % 2
+    tps = {(a, b): dist.new_group([4 * a + 2 * b, 4 * a + 2 * b + 1])
+           for a in range(2) for b in range(2)}
+    dps = {(a, c): dist.new_group([4 * a + c, 4 * a + 2 + c]) for a in range(2) for c in range(2)}
+    g = torch.Generator().manual_seed(d)
+    xs = [torch.randn(MB, T, H, generator=g).requires_grad_() for _ in range(M // 2)]
+    ys = [torch.randint(0, H, (MB, T), generator=g) for _ in range(M // 2)]
+    w = StageWorker(_tp_mlp(tps[st, d], st), st, 2, r - 4 if st else None,
+                    r + 4 if st == 0 else None, xs, ys, (MB, T, H), tag=5000)
+
+    def go() -> None:
+        one_f_one_b(w)
+        w.finish()
+        flat = torch.cat([q.grad.reshape(-1) for q in w.params])
+        dist.all_reduce(flat, group=dps[st, t])
+    return {"3d": _timed(go)}
+
+
 def run_grid(ctx: Any) -> dict[str, float]:
     """Every grid workload on this rank; emulated seconds of each step."""
     out = {"ddp": ddp_step(ctx), "fsdp": fsdp_step(ctx), "tp": tp_step(ctx)}
@@ -117,6 +150,25 @@ def _coll(c: Cluster, op: str, ranks: list[int], nbytes: float) -> float:
 
 def _flops_s(c: Cluster, flops: float) -> float:
     return flops * GRID_SCALE.flops / c.flops_per_s
+
+
+def cluster_3d() -> Cluster:
+    """2 DGX H100 nodes, 4 GPUs of each: a pipeline stage per node, dp x tp inside."""
+    return Cluster.preset("DGX H100", nodes=2, gpus_per_node=4)
+
+
+def analytic_3d(c: Cluster) -> dict[str, tuple[float, str]]:
+    """1F1B on 2 stages: (m + p - 1)(t_f + t_b) + p2p there and back + DP all-reduce."""
+    m, mm = M // 2, 2 * MB * T * H * 4 * H / 2  # one TP-sharded matmul of the MLP
+    ar = _coll(c, "all_reduce", [0, 1], 4 * MB * T * H)
+    t_f, t_b = _flops_s(c, 2 * mm) + ar, _flops_s(c, 4 * mm) + ar
+    ideal = m * (t_f + t_b)
+    idle = bubble("1f1b", 2, m, 1, t_f, t_b).of_ideal * ideal
+    hop = collective_time("send_recv", 2, 4 * MB * T * H * GRID_SCALE.bytes,
+                          c.inter.latency_s, c.inter.bytes_per_s)
+    sync = _coll(c, "all_reduce", [0, 2], 4 * 2 * 4 * H * H / 2)
+    return {"3d": (ideal + idle + 2 * hop + sync,
+                   "pp2 x dp2 x tp2: 1F1B of TP stages + p2p + DP all_reduce(grad shards)")}
 
 
 def analytic(c: Cluster) -> dict[str, tuple[float, str]]:

@@ -1,7 +1,8 @@
 """``python -m lab_utils twin validate``: the emulator checked against calc and published runs.
 
-(a) each grid workload (``grid.py``) runs for real on 4 emulated GPUs (2 DGX H100 nodes x 2)
-    and its emulated step time must be within 5% of calc's analytic time for the same step;
+(a) each grid workload (``grid.py``) runs for real on 4 emulated GPUs (2 DGX H100 nodes x 2;
+    the 3D layout on 8: 2 nodes x 4) and its emulated step time must be within 5% of calc's
+    analytic time for the same step;
 (b) published training throughputs (``published.py``) must be predicted within 15% with ONE
     compute efficiency per GPU (the preset's), never tuned per row.
 A row out of its bound is a MISS and the command exits 1. Every time is labelled: "emulated"
@@ -35,18 +36,21 @@ class Row:
 
 
 def grid_rows(timeout_s: float = 300.0) -> list[Row]:
-    """Part (a): run the grid on the emulated cluster (one launch of 4 ranks)."""
+    """Part (a): run the grid on the emulated cluster (4 ranks, then 8 for the 3D layout)."""
     from lab_utils.twin import grid
     from lab_utils.twin.emulate import emulate
 
-    c = grid.grid_cluster()
-    em = emulate(grid.run_grid, c.world_size, c, scale=grid.GRID_SCALE, quiet=True,
-                 timeout_s=timeout_s)
-    if em.unknown:
-        raise RuntimeError(f"the grid made calls the emulator does not model: {em.unknown}")
-    ref = grid.analytic(c)
-    return [Row("a", name, max(r[name] for r in em.results) * 1e3, ref[name][0] * 1e3,
-                "ms", GRID_BOUND, ref[name][1]) for name in em.results[0]]
+    rows = []
+    for fn, c, analytic in ((grid.run_grid, grid.grid_cluster(), grid.analytic),
+                            (grid.step_3d, grid.cluster_3d(), grid.analytic_3d)):
+        em = emulate(fn, c.world_size, c, scale=grid.GRID_SCALE, quiet=True,
+                     timeout_s=timeout_s)
+        if em.unknown:
+            raise RuntimeError(f"the grid made calls the emulator does not model: {em.unknown}")
+        ref = analytic(c)
+        rows += [Row("a", name, max(r[name] for r in em.results) * 1e3, ref[name][0] * 1e3,
+                     "ms", GRID_BOUND, ref[name][1]) for name in em.results[0]]
+    return rows
 
 
 def published_table() -> list[Row]:
