@@ -31,6 +31,21 @@ Index (one concept per file):
     validate   the emulator against calc's analytic model and published measurements
                (``python -m lab_utils twin validate``)
 
+How it was built (the sketch in shared/designs/emulated_cluster.md, kept where it held, changed
+where a probe on torch 2.13 said otherwise):
+* a Python ProcessGroup registered as backend "twin" forwards to gloo (the data is real);
+* the twin world group REPLACES the default group for the call and is restored after, so code
+  that never names a group (dist.all_reduce(t), DDP, init_device_mesh) is seen, pooled or cold;
+  a sub-group made with an explicit backend="gloo" is not, and its calls are reported;
+* collective start = MAX of the participants' ready times, by a one-number gloo all-reduce on a
+  side group (1.55 ms of wall per call on 8 ranks, benchmarks/bench_twin.py);
+* point-to-point carries the sender's start IN the message (8 bytes in front): a header on the
+  side group, as sketched, deadlocked a pipeline under load;
+* DDP never waits on its works from Python: work issued inside a backward pass is joined when
+  that backward ends (autograd's queue_callback), which is where DDP and FSDP2 wait;
+* unmodelled calls (gather, scatter, ...) still run on gloo; a dispatch mode sees their c10d op
+  and reports each name once.
+
 Every time this package reports is EMULATED (seconds of the virtual clock); the wall clock of
 this machine never enters, so a loaded machine gives the same numbers.
 """
