@@ -152,3 +152,16 @@ def test_scale_model_charges_the_full_models_proportions():
     assert "llama3-8b" in s.name
     with pytest.raises(ValueError, match="tiny_params"):
         twin.Scale.model("llama3-8b", 0, 4, 64, 32)
+
+
+def test_a_deferred_collective_resolves_in_issue_order_when_needed():
+    c = RankClock(0)
+    asked = []
+    first = c.defer(lambda: asked.append("a") or 1.0, 2.0, "all_reduce")
+    c.compute(5.0)                         # the rank runs on; nothing resolved yet
+    second = c.defer(lambda: asked.append("b") or 4.0, 1.0, "all_gather")
+    assert asked == []
+    assert second() == 5.0                 # resolving b first resolves a: 1 + 2 = 3, then
+    assert asked == ["a", "b"]             # b starts at max(4, stream free 3) = 4, ends at 5
+    assert first() == 3.0
+    assert c.ready() == 5.0

@@ -1,7 +1,8 @@
 """Every path into the emulated cluster on 4 ranks over 2 emulated nodes, against a plain gloo run
 (same numbers) and hand-computed emulated times: the default group, sub-groups inside a node and
 across nodes, async work overlapping compute, FSDP2 on a DeviceMesh, all-to-all, batched
-send/recv, and calls the emulator does not model or own (run, charged nothing, reported once)."""
+send/recv, an async collective followed by a send (no deadlock: a collective never blocks at
+issue), and calls the emulator does not model or own (run, charged nothing, reported once)."""
 from __future__ import annotations
 
 import pytest
@@ -72,6 +73,16 @@ def paths(ctx):
     gathered = [torch.empty(2) for _ in range(w)] if r == 0 else None
     dist.gather(torch.full((2,), float(r)), gathered, dst=0)
     out["gather"] = [g[0].item() for g in gathered] if r == 0 else None
+    pair = groups["intra"][r // 2]    # async collective, then a send to a rank that issues
+    x, y = torch.full((8,), float(r)), torch.full((4,), float(r))  # it only after its recv
+    if r % 2 == 0:
+        work = dist.all_reduce(x, group=pair, async_op=True)
+        dist.send(y, r + 1)
+        work.wait()
+    else:
+        dist.recv(y, r - 1)
+        dist.all_reduce(x, group=pair)
+    out["async_then_send"] = (x[0].item(), y[0].item())
     real = dist.new_group([0, 1, 2, 3], backend="gloo")    # a group the twin does not own
     z = torch.ones(1)
     dist.all_reduce(z, group=real)

@@ -6,8 +6,9 @@ from Python AND from C++: DDP's reducer, FSDP2, DeviceMesh, pipelining) that for
 to a real ``ProcessGroupGloo`` (the numbers are exact) and charges the rank's virtual clock:
 
 * a collective: the participants' ready times meet in a tiny MAX all-reduce on a second gloo
-  group with the same members (same order as the real calls, so it cannot deadlock); it starts
-  at that maximum and lasts ``calc.comm.group_collective_time`` over the links the group spans;
+  group with the same members (same order as the real calls), waited only when the end is
+  needed (``RankClock.defer``); it starts at that maximum and lasts
+  ``calc.comm.group_collective_time`` over the links the group spans;
 * send: the sender's start travels to the receiver in front of the data (8 bytes, one message);
   the receive ends at max(its own ready time, the sender's start) + the link's alpha-beta cost;
 * the returned work's ``wait()`` advances the rank's clock to the work's end; work issued in a
@@ -124,7 +125,7 @@ class EmulatedGroup(ProcessGroup):
             if s is not None:
                 s.forwarding -= 1
 
-    def _charge(self, op: str, nbytes: float) -> float | None:
+    def _charge(self, op: str, nbytes: float) -> Callable[[], float] | None:
         """Start time from the participants' ready times; occupy the comm stream; end."""
         s = _session.current()
         if s is None:
@@ -133,12 +134,17 @@ class EmulatedGroup(ProcessGroup):
         t = torch.tensor([s.clock.ready("comm")], dtype=torch.float64)
         opts = dist.AllreduceOptions()
         opts.reduceOp = ReduceOp.MAX
-        self._forward(lambda: self.side.allreduce([t], opts).wait())
+        side = self._forward(lambda: self.side.allreduce([t], opts))  # not waited here
+
+        def start() -> float:
+            side.wait()
+            return float(t[0])
+
         c, sp = s.cluster, s.cluster.span(self.ranks)
         cost = group_collective_time(op, sp.size, sp.nodes, sp.per_node, nbytes * s.scale.bytes,
                                      c.intra.latency_s, c.intra.bytes_per_s,
                                      c.inter.latency_s, c.inter.bytes_per_s)
-        end = s.clock.occupy("comm", float(t[0]), cost, op, nbytes * s.scale.bytes)
+        end = s.clock.defer(start, cost, op, nbytes * s.scale.bytes)
         if _in_backward() and not self._backward_join:
             self._backward_join = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)

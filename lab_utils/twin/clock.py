@@ -3,8 +3,9 @@
 Rules (each is a line below, checked by hand-computed cases in tests/test_twin_clock.py):
 * compute of t seconds runs on the compute stream: [now, now + t), then now += t;
 * a collective is READY on a rank at max(now, comm stream free); it STARTS at the latest ready
-  time of its participants (the caller finds that maximum) and occupies the comm stream for
-  its cost; the rank does not wait for it unless it waits on the work (``wait``);
+  time of its participants (the caller finds that maximum, possibly later: ``defer``) and
+  occupies the comm stream for its cost; the rank does not wait for it unless it waits on
+  the work (``wait``);
 * a blocking call is issue + wait: now = max(now, end); compute issued between an async call
   and its wait overlaps it for free, as on a GPU's communication stream;
 * point-to-point work uses its own stream ("p2p"), so sends and receives do not queue behind
@@ -14,6 +15,7 @@ Times are seconds of EMULATED time; the wall clock never enters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass
@@ -43,6 +45,7 @@ class RankClock:
     spans: list = field(default_factory=list)
     steps: list = field(default_factory=list)
     pending: list = field(default_factory=list)  # ends of async work not waited on yet
+    unresolved: list = field(default_factory=list)  # collectives whose start is not known yet
 
     def compute(self, seconds: float, name: str = "compute", flops: float = 0.0) -> None:
         """Charge ``seconds`` of compute; back-to-back compute of one name is one span."""
@@ -60,7 +63,34 @@ class RankClock:
 
     def ready(self, stream: str = "comm") -> float:
         """When this rank could start new work on ``stream``."""
+        if stream == "comm":
+            self.resolve()
         return max(self.now, self.free[stream])
+
+    def defer(self, start: Callable[[], float], cost: float, name: str,
+              nbytes: float = 0.0) -> Callable[[], float]:
+        """A collective whose start (the participants' latest ready time) is known later:
+        ``start()`` may block until every participant has issued it. Collectives resolve in
+        issue order, the first time their end is needed (a wait, the next collective, a
+        join), so a rank never blocks at issue (an async collective followed by a send to a
+        rank that issues it later cannot deadlock). Returns a function giving its end."""
+        entry: list = [start, cost, name, nbytes, None]
+        self.unresolved.append(entry)
+
+        def end() -> float:
+            while entry[4] is None:
+                self._resolve_first()
+            return entry[4]
+        return end
+
+    def _resolve_first(self) -> None:
+        e = self.unresolved.pop(0)
+        e[4] = self.occupy("comm", max(e[0](), self.free["comm"]), e[1], e[2], e[3])
+
+    def resolve(self) -> None:
+        """Fix the start and end of every collective issued so far."""
+        while self.unresolved:
+            self._resolve_first()
 
     def occupy(self, stream: str, start: float, cost: float, name: str,
                nbytes: float = 0.0) -> float:
@@ -77,6 +107,7 @@ class RankClock:
 
     def join(self) -> None:
         """Wait for everything issued so far (end of a backward pass, a step, the run)."""
+        self.resolve()
         for end in self.pending:
             self.wait(end)
         self.pending.clear()
