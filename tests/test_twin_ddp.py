@@ -74,3 +74,32 @@ def test_naive_ddp_communicates_after_backward(runs):
                and s["bytes"] > 64)
     assert _last_step(runs[0], "bucket")[1] < t_naive
     assert _last_step(runs[0], "torch")[1] < t_naive
+
+
+CAPS = [2**k for k in (12, 16, 18, 25)]  # bytes per bucket: 4 KB ... one bucket for everything
+
+
+def bucket_sweep(ctx):
+    from lab_utils.experiments.lab04 import make_ddp, train_step
+
+    out = {}
+    for cap in CAPS:
+        ddp = make_ddp("torch", TinyGPT(CFG, seed=0), cap)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        x = torch.randint(0, CFG.vocab_size, (8, CFG.seq_len))
+        for _ in range(2):  # the second step: DDP has rebuilt its buckets
+            t0 = twin.step()
+            train_step(ddp, opt, x, x)
+            out[cap] = twin.step() - t0
+    return out
+
+
+def test_lab04_bucket_size_has_a_sweet_spot():
+    """Small buckets pay the latency many times, one bucket cannot overlap: in between wins
+    (lab 04's lesson, on the emulated clock; 10 x the lab model's FLOPs)."""
+    links = dict(intra=twin.Link("PCIe", 20e-6, 16e9), inter=twin.Link("10GbE", 100e-6, 1.25e9))
+    c = CLUSTER.with_(**links)
+    t = twin.emulate(bucket_sweep, 4, c, scale=twin.Scale(flops=10), quiet=True).results[0]
+    best = min(CAPS, key=t.get)
+    assert CAPS[0] < best < CAPS[-1], t
+    assert t[best] < 0.99 * t[CAPS[-1]] and t[best] < 0.9 * t[CAPS[0]], t
