@@ -8,7 +8,7 @@ works on the warm pool or a cold launch (``lab_utils.run``'s options pass throug
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch.distributed as dist
