@@ -165,3 +165,10 @@ def test_a_deferred_collective_resolves_in_issue_order_when_needed():
     assert asked == ["a", "b"]             # b starts at max(4, stream free 3) = 4, ends at 5
     assert first() == 3.0
     assert c.ready() == 5.0
+
+
+def test_the_timeline_feeds_calcs_bubble_reader():
+    from lab_utils.calc.timeline import bubble_from_timeline
+
+    busy = [e for e in twin.timeline_events(_fake(), idle=False) if e["lane"] == "compute"]
+    assert bubble_from_timeline(busy).per_rank == {0: 0.5, 1: 0.5}  # busy 1.5 of 3 s
