@@ -171,4 +171,4 @@ def test_the_timeline_feeds_calcs_bubble_reader():
     from lab_utils.calc.timeline import bubble_from_timeline
 
     busy = [e for e in twin.timeline_events(_fake(), idle=False) if e["lane"] == "compute"]
-    assert bubble_from_timeline(busy).per_rank == {0: 0.5, 1: 0.5}  # busy 1.5 of 3 s
+    assert bubble_from_timeline(busy).per_rank == {0: 0.4, 1: 0.4}  # idle 1 s of 0..2.5 s
