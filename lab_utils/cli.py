@@ -1,6 +1,8 @@
 """Command line: `python -m lab_utils <command>` (lab 00).
 
     python -m lab_utils doctor                                    pre-flight check
+    python -m lab_utils twin validate                             the emulated cluster vs calc
+                                                                  and published runs (a table)
     python -m lab_utils cards --lab 05                            flashcards in the terminal
     python -m lab_utils class serve --db class.sqlite             a live class (lab_utils.classroom)
     python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
@@ -130,6 +132,12 @@ def _cmd_class(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_twin(ns: argparse.Namespace) -> int:
+    from lab_utils.twin.validate import main
+
+    return main(["--no-grid"] if ns.no_grid else [])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     class_p.add_argument("--host", default="127.0.0.1", help="interface (0.0.0.0: the room)")
     class_p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     class_p.set_defaults(func=_cmd_class)
+
+    twin_p = sub.add_parser("twin", help="the emulated GPU cluster: `twin validate`")
+    twin_p.add_argument("action", choices=("validate",))
+    twin_p.add_argument("--no-grid", action="store_true", help="only the published rows")
+    twin_p.set_defaults(func=_cmd_twin)
     return parser
 
 

@@ -67,6 +67,15 @@ VALID: dict[str, dict] = {
     "checkpoint_segments": dict(n_layers=16, n_segments=4, input_bytes=1.0, layer_bytes=3.0),
     "optimal_segments": dict(n_layers=16, input_bytes=1.0, layer_bytes=3.0),
     "ring_bytes_per_rank": dict(op="all_reduce", n=8, size_bytes=1e6),
+    "hierarchical_time": dict(op="all_reduce", per_node=8, nodes=4, size_bytes=1e9,
+                              intra_alpha_s=1e-6, intra_bw=450e9, inter_alpha_s=1e-5,
+                              inter_bw=50e9),
+    "group_collective_time": dict(op="all_gather", size=16, nodes=2, per_node=8, size_bytes=1e9,
+                                  intra_alpha_s=1e-6, intra_bw=450e9, inter_alpha_s=1e-5,
+                                  inter_bw=50e9),
+    "ClusterSpec": dict(name="DGX H100", device="H100-SXM5-80GB", gpus_per_node=8,
+                        intra_link="NVLink4", inter_link="IB-NDR", intra_latency_s=2e-6,
+                        inter_latency_s=5e-6, compute_efficiency=0.6, source="data sheet"),
     "critical_intensity": dict(device_flops=989e12, link_bytes_per_s=450e9),
     "tp_intensity": dict(hidden=8192, tp=8, bytes_per_value=2.0),
     "fsdp_intensity": dict(tokens_per_rank=8192, dp=64, param_bytes=2.0, grad_bytes=4.0),
@@ -187,6 +196,7 @@ METHODS: dict[str, tuple] = {
     "LlamaRun.memory": (LLAMA3_405B_TABLE4[0].memory, dict(micro_batch=1)),
     "DeepSeekBudget.days": (DEEPSEEK_V3.days, dict(gpu_hours=2.664e6)),
     "DeepSeekBudget.implied_mfu": (DEEPSEEK_V3.implied_mfu, dict(peak_flops=989e12)),
+    "ClusterSpec.cluster": (next(iter(calc.CLUSTER_SPECS.values())).cluster, dict(n_nodes=2)),
     "MoEParamCount.active": (calc.moe_param_count(calc.MOE_PRESETS["mixtral-8x7b"]).active,
                              dict(count_embedding=False)),
 }
@@ -199,7 +209,8 @@ FREE_TEXT = {("KorthikantiRun", "name"), ("NarayananEstimate", "model"), ("MoECo
              ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"),
              ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
-             ("Cluster", "name"), ("FloatFormat", "name")}
+             ("Cluster", "name"), ("FloatFormat", "name"), ("ClusterSpec", "name"),
+             ("ClusterSpec", "source")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
 # Words a message may use for an argument (e.g. each element of ``ns`` is "each N in ns").
 ALIASES = {"recipe_name": "recipe", "recomputes": "recompute", "zero_stages": "zero_stage",

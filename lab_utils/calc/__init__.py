@@ -44,7 +44,7 @@ from lab_utils.calc.batch_size import BatchTradeoff, large_batch_tradeoff, lr_fo
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
-                                 fit_alpha_beta, hierarchical_all_reduce_time,
+                                 fit_alpha_beta, group_collective_time, hierarchical_time,
                                  pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.calc.roofline import critical_intensity, fsdp_intensity, tp_intensity
 from lab_utils.calc.compute_optimal import ComputeOptimal, compute_optimal
@@ -56,7 +56,8 @@ from lab_utils.calc.fp8 import (FORMATS, FloatFormat, bytes_per_element, current
 from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilization,
                                   flops_utilization, hfu_over_mfu, megatron_hardware_flops,
                                   megatron_model_flops)
-from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
+from lab_utils.calc.hardware import (CLUSTER_SPECS, DEVICES, LINKS, Cluster, ClusterSpec, Device, Link,
+                                     dgx_a100, dgx_h100)
 from lab_utils.calc.layouts import LLAMA3_405B_TABLE4, LayoutMemory, LlamaRun, layout_memory
 from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
                                    model_state_memory, resolve_recipe, zero_memory_table)
@@ -75,7 +76,7 @@ from lab_utils.calc.training import (NARAYANAN_SEC51, NarayananEstimate, Trainin
 from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 
 __all__ = [
-    "critical_intensity", "tp_intensity", "fsdp_intensity",
+    "critical_intensity", "tp_intensity", "fsdp_intensity", "ClusterSpec", "CLUSTER_SPECS",
     "lr_for_batch", "large_batch_tradeoff", "BatchTradeoff", "compute_optimal", "ComputeOptimal",
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
@@ -89,7 +90,8 @@ __all__ = [
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",
-    "ring_bytes_per_rank", "collective_time", "hierarchical_all_reduce_time", "alg_bandwidth",
+    "ring_bytes_per_rank", "collective_time", "hierarchical_time", "group_collective_time",
+    "alg_bandwidth",
     "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",

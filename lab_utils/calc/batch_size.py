@@ -41,6 +41,7 @@ class BatchTradeoff:
 
 
 def large_batch_tradeoff(batch: float, critical_batch: float) -> BatchTradeoff:
-    """McCandlish et al. 2018's trade-off between steps and examples at batch ``batch``."""
+    """McCandlish et al. 2018's trade-off between steps and examples at batch ``batch``.
+    Lab 02."""
     b, bc = pos_num("batch", batch), pos_num("critical_batch", critical_batch)
     return BatchTradeoff(b, bc, 1 + bc / b, 1 + b / bc)

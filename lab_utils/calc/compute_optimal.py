@@ -25,7 +25,8 @@ class ComputeOptimal:
 
 
 def compute_optimal(compute_flops: float, tokens_per_param: float = 20.0) -> ComputeOptimal:
-    """The compute-optimal (N, D) for a budget of ``compute_flops`` training FLOPs."""
+    """The compute-optimal (N, D) for a budget of ``compute_flops`` training FLOPs (Hoffmann
+    et al. 2022). Lab 10."""
     c = pos_num("compute_flops", compute_flops)
     if c < 1e12:
         raise ValueError(f"compute_flops={compute_flops:g}: a training budget in FLOPs (e.g. "

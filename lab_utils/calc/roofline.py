@@ -22,12 +22,13 @@ from lab_utils.calc._check import flop_rate, pos_int, pos_num
 
 
 def critical_intensity(device_flops: float, link_bytes_per_s: float) -> float:
-    """FLOPs per byte sent below which a link, not the device, sets the pace."""
+    """FLOPs per byte sent below which a link, not the device, sets the pace. Lab 08."""
     return flop_rate("device_flops", device_flops) / pos_num("link_bytes_per_s", link_bytes_per_s)
 
 
 def tp_intensity(hidden: int, tp: int, bytes_per_value: float = 2.0) -> float:
-    """FLOPs per byte of Megatron tensor parallelism: 6 h / ((t - 1) v) (module docstring)."""
+    """FLOPs per byte of Megatron tensor parallelism: 6 h / ((t - 1) v) (module docstring).
+    Lab 08."""
     h, t, v = pos_int("hidden", hidden), pos_int("tp", tp), pos_num("bytes_per_value", bytes_per_value)
     if t == 1:
         return float("inf")
@@ -36,7 +37,7 @@ def tp_intensity(hidden: int, tp: int, bytes_per_value: float = 2.0) -> float:
 
 def fsdp_intensity(tokens_per_rank: int, dp: int, param_bytes: float = 2.0,
                    grad_bytes: float = 4.0) -> float:
-    """FLOPs per byte of FSDP: 6 T K / ((K - 1)(2 p + g)) (module docstring)."""
+    """FLOPs per byte of FSDP: 6 T K / ((K - 1)(2 p + g)) (module docstring). Lab 08."""
     t, k = pos_int("tokens_per_rank", tokens_per_rank), pos_int("dp", dp)
     p, g = pos_num("param_bytes", param_bytes), pos_num("grad_bytes", grad_bytes)
     if k == 1:

@@ -93,6 +93,11 @@ def _normalise(events: Iterable[Any]) -> tuple[list[_Bar], bool]:
     return bars, ideal
 
 
+def _row(rank: int, meta: Mapping[str, Any]) -> str:
+    lane = meta.get("lane")
+    return f"rank {rank} {lane}" if lane else f"rank {rank}"
+
+
 def _label(bar: _Bar, show_chunk: bool) -> str:
     mb = bar.meta.get("mb", bar.meta.get("microbatch"))
     if mb is None:
@@ -110,7 +115,9 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
     unit = time_unit or ("units of t_f" if ideal else "s")
     t0 = min(b.start for b in bars) if relative else 0.0
     show_chunk = any(b.meta.get("chunk") for b in bars)
-    ranks = sorted({b.rank for b in bars})
+    # an event's optional "lane" (e.g. "compute", "comm": the streams of the emulated cluster,
+    # lab_utils.twin) gives each rank one row per lane
+    lanes = sorted({(b.rank, str(b.meta.get("lane", ""))) for b in bars})
     groups: dict[str, list[_Bar]] = {}
     for b in bars:
         key = kind_of(b.name) if color_by == "name" else f"{color_by}={b.meta.get(color_by)}"
@@ -124,7 +131,7 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
         color = (KIND_COLORS.get(key) if color_by == "name" else None) \
             or _PALETTE[i % len(_PALETTE)]
         data.append(dict(
-            type="bar", orientation="h", name=key, y=[f"rank {b.rank}" for b in grp],
+            type="bar", orientation="h", name=key, y=[_row(b.rank, b.meta) for b in grp],
             base=[b.start - t0 for b in grp], x=[b.end - b.start for b in grp],
             text=[_label(b, show_chunk) for b in grp], textposition="inside",
             insidetextanchor="middle",
@@ -134,10 +141,10 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
                        f"start {b.start - t0:.4g} {unit}<br>end {b.end - t0:.4g} {unit}<br>"
                        f"duration {b.end - b.start:.4g} {unit}" for b in grp],
             hovertemplate="%{hovertext}<extra></extra>"))
-    labels = [f"rank {r}" for r in ranks]
+    labels = [_row(r, {"lane": lane}) for r, lane in lanes]
     layout = dict(
         title=dict(text=title), barmode="overlay", bargap=0.25, width=width,
-        height=height or min(600, max(260, 110 + 45 * len(ranks))),  # fits 1280x800
+        height=height or min(600, max(260, 110 + 45 * len(labels))),  # fits 1280x800
         margin=dict(l=70, r=20, t=70 if title else 30, b=50),
         uniformtext=dict(minsize=8, mode="hide"),  # hide labels that do not fit a thin bar
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
