@@ -44,6 +44,18 @@ playwright = pytest.importorskip("playwright.sync_api")
 EXPLORERS = ("memory_explorer", "bubble_explorer", "collective_explorer", "amdahl_explorer",
              "planner_widget", "training_cost_explorer")
 EVERY_EXPLORER = f"from lab_utils import viz\nfor name in {EXPLORERS}:\n    display(getattr(viz, name)())"
+# A scratch notebook of predictions as a learner meets them: typed, not preset (LAB_QUICK=0), kept
+# in a scratch store; each cell ends with the returned object (a second display would show here)
+CHOICES = ["that block only", "the root and that block", "the root, that block and the next",
+           "the whole model"]
+PREDICTIONS = [
+    "import os, tempfile\nos.environ['LAB_QUICK'] = '0'\n"
+    "os.environ['LAB_PREDICTIONS'] = os.path.join(tempfile.mkdtemp(), 'predictions.json')\n"
+    "from lab_utils.exercises import predict",
+    "g = predict('05.frac', 'ZeRO-1 state as a fraction of DDP state?', unit='x DDP')\ng",
+    "g.reveal(formula=0.625, measured=0.625)",
+    f"c = predict('05.held', 'Which full weights are held?', choices={CHOICES})\nc",
+    "print('the next cell ran')"]
 
 
 def number_boxes() -> list[tuple[str, str, str, str, bool]]:
@@ -88,9 +100,10 @@ def jupyter(tmp_path_factory, die_with_pytest):
     settings.mkdir(parents=True)
     # every cell stays in the DOM (no windowing), so the test can find the widget's output
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-    (labs / "every_explorer.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(EVERY_EXPLORER)],  # the labs' kernel, no kernel dialog
-        metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata)))
+    for name, cells in (("every_explorer", [EVERY_EXPLORER]), ("predictions", PREDICTIONS)):
+        (labs / f"{name}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(c) for c in cells],  # the labs' kernel: no dialog
+            metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata)))
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
@@ -383,3 +396,57 @@ def test_every_number_box_rejects_what_it_cannot_take_when_typed(every_explorer_
     except Exception:
         page.screenshot(path=str(SHOTS / "every-explorer-FAILED.png"), full_page=True)
         raise
+
+
+ACTIVE_CELL = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
+RUN_CELLS = """async indices => { const nb = window.jupyterapp.shell.currentWidget.content;
+    for (const i of indices) { nb.activeCellIndex = i;
+                               await window.jupyterapp.commands.execute('notebook:run-cell'); } }"""
+CUT_LABELS = """() => [...document.querySelectorAll('.lab-prediction :is(label, button)')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
+
+
+def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, browser):
+    """Issue 37.6: "5/8" and Enter commit; the input becomes plain HTML (no stale "not committed"
+    box, the reveal fills in once); the keyboard focus goes to the next cell (Shift+Enter runs
+    it); every choice shows whole; the saved notebook, reopened on a new kernel, shows both
+    guesses instead of "Error displaying widget"."""
+    base, token = jupyter
+    page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 0)
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    try:
+        page.evaluate(RUN_CELLS, [1, 2, 3])
+        box = cells.nth(1).locator(".lab-prediction input[type=text]")
+        box.click()
+        box.type("5/8")
+        box.press("Enter")
+        cells.nth(1).locator(".lab-prediction-committed").wait_for()
+        assert "0.625" in cells.nth(1).inner_text() and "exact" in cells.nth(2).inner_text()
+        assert page.evaluate(ACTIVE_CELL) == 2, "the focus must move on to the next cell"
+        assert page.evaluate(CUT_LABELS) == [], "a choice or button label is cut"
+        page.screenshot(path=str(SHOTS / "prediction-choices.png"))
+        cells.nth(3).locator(f"label:has-text('{CHOICES[2]}')").click()
+        cells.nth(3).locator("button:text-is('Commit')").click()
+        cells.nth(3).locator(".lab-prediction-committed").wait_for()
+        assert "your choice" in cells.nth(3).inner_text() and page.evaluate(ACTIVE_CELL) == 4
+        page.keyboard.press("Shift+Enter")
+        cells.nth(4).locator("text=the next cell ran").wait_for()
+        assert "not committed yet" not in page.content()
+        assert cells.nth(1).locator(".jp-OutputArea-output").count() == 1  # the box, once
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    finally:
+        page.close()
+    sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}"))
+    for s in sessions:  # the kernel ends: its widget models are gone, as after a restart
+        urllib.request.urlopen(urllib.request.Request(
+            f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE"))
+    page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 4)
+    try:
+        page.locator(".lab-prediction-committed").nth(1).wait_for()
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "0.625" in text and CHOICES[2] in text and "your choice" in text
+        assert "Error displaying widget" not in page.content()
+        page.screenshot(path=str(SHOTS / "prediction-reopened.png"))
+    finally:
+        page.close()
