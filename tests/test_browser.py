@@ -430,7 +430,7 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         cells.nth(3).locator(".lab-prediction-committed").wait_for()
         assert "your choice" in cells.nth(3).inner_text() and page.evaluate(ACTIVE_CELL) == 4
         page.keyboard.press("Shift+Enter")
-        cells.nth(4).locator("text=the next cell ran").wait_for()
+        cells.nth(4).locator(".jp-OutputArea-output:has-text('the next cell ran')").wait_for()
         assert "not committed yet" not in page.content()
         assert cells.nth(1).locator(".jp-OutputArea-output").count() == 1  # the box, once
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
@@ -450,3 +450,67 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         page.screenshot(path=str(SHOTS / "prediction-reopened.png"))
     finally:
         page.close()
+
+
+# In the page, for one explorer: what a learner would see cut or covered (element boxes)
+LAYOUT_PROBLEMS = """sel => {
+    const root = document.querySelector(sel), out = [];
+    const box = e => e.getBoundingClientRect();
+    const name = e => (e.getAttribute('class') || e.tagName).split(' ')[0] + ' "'
+                      + (e.textContent || '').trim().slice(0, 30) + '"';
+    const cover = (a, b) => Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left))
+                          * Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+    const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5;
+    const gd = root.querySelector('.js-plotly-plot');
+    const texts = [...gd.querySelectorAll('.gtitle, .xtitle, .ytitle, .y2title, .y3title, '
+                                          + '.x2title, .x3title, .annotation, .legend .bg')]
+        .filter(e => box(e).width > 0);
+    for (let i = 0; i < texts.length; i++)
+        for (let j = i + 1; j < texts.length; j++)
+            if (cover(box(texts[i]), box(texts[j])) > 4)
+                out.push(`${name(texts[i])} overlaps ${name(texts[j])}`);
+    for (const e of texts)
+        if (!inside(box(e), box(gd))) out.push(`${name(e)} sticks out of the figure`);
+    const area = root.closest('.jp-OutputArea-output') || root.parentElement;
+    if (!inside(box(root), box(area))) out.push('the explorer is wider than its output area');
+    for (const e of root.querySelectorAll('input, select, button')) {
+        const cell = e.closest('.widget-inline-hbox') || root;
+        if (!inside(box(e), box(cell)) || !inside(box(e), box(root)))
+            out.push(`${name(e.closest('.widget-inline-hbox') || e)} input is clipped`);
+    }
+    const ctx = document.createElement('canvas').getContext('2d');
+    for (const e of root.querySelectorAll('select')) {
+        const s = getComputedStyle(e), text = e.options[e.selectedIndex]?.text || '';
+        ctx.font = s.font;
+        const room = e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+        if (ctx.measureText(text).width > room) out.push(`dropdown text cut: "${text}"`);
+    }
+    for (const e of root.querySelectorAll('label'))
+        if (e.scrollWidth > e.clientWidth + 1) out.push(`label cut: "${e.textContent}"`);
+    const scroller = root.closest('.jp-WindowedPanel-outer') || root.closest('.jp-Notebook');
+    const tall = box(gd).bottom - box(root).top, room = scroller.clientHeight;
+    if (tall > room) out.push(`controls + figure ${Math.round(tall)} px tall in a ${room} px area`);
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)], ids=["1280x800", "1920x1080"])
+def test_every_explorer_fits_the_screen_without_overlaps(every_explorer_page, size):
+    """Issue 37.4: at a laptop's 1280x800 and a desktop's 1920x1080, no explorer has text over
+    text in its figure (legend, title, annotations, axis titles), a control cut or sticking out,
+    a dropdown that cuts its own text, or a height that does not fit the notebook area."""
+    page = every_explorer_page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    try:
+        problems = {}
+        for css in LATENCY_INPUTS:
+            explorer = page.locator(css).first
+            wait_for_first_draw(page, explorer, css)
+            explorer.scroll_into_view_if_needed()
+            page.wait_for_timeout(300)  # plotly redraws on a resize
+            explorer.screenshot(path=str(SHOTS / f"{css.strip('.')}-{size[0]}x{size[1]}.png"))
+            problems[css] = page.evaluate(LAYOUT_PROBLEMS, css)
+        print(json.dumps(problems, indent=1))
+        assert not any(problems.values()), problems
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 800})

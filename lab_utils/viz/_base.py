@@ -5,7 +5,7 @@ An explorer is an ``ipywidgets.VBox`` (so it displays and nests like any widget)
     title    an HTML header with a stable text and CSS class (found by headless-browser tests)
     controls ipywidgets whose ``.value`` IS the widget's state (the whole contract)
     error    an HTML box: the readable message of the last bad input, empty when all is well
-    summary  HTML with the numbers the figure shows, stated in words
+    summary  HTML with the numbers the figure shows, stated in words (below the figure)
     figure   a plotly ``go.Figure`` of the shown state (what tests and code read), brought up to
              date when read: the page draws from the spec's JSON, so no update waits for it
     view     an ``ipywidgets.Output`` showing that figure through plotly's JupyterLab mime
@@ -100,6 +100,21 @@ def to_figure(spec: Spec) -> go.Figure:
     return go.Figure(spec)
 
 
+COLUMN_CHARS = 28  # characters a grid column shows whole at 1280 px (about 200 px of 13-px text)
+
+
+def grid_span(ctl: widgets.Widget, columns: int) -> int:
+    """Grid columns a control needs for its label and its longest option, at most ``columns``."""
+    chars = len(getattr(ctl, "description", ""))
+    if isinstance(ctl, widgets.Dropdown):
+        chars += 8 + max((len(str(label)) for label in ctl._options_labels), default=0)
+    elif isinstance(ctl, widgets.Text):
+        chars += 8  # room to show a number
+    elif isinstance(ctl, widgets.Checkbox):
+        chars += 3  # the box
+    return min(columns, 1 + (chars - 1) // COLUMN_CHARS)
+
+
 class Explorer(widgets.VBox):
     """Base class; see the module docstring. ``set(**values)`` drives it from code."""
 
@@ -122,7 +137,11 @@ class Explorer(widgets.VBox):
         self._set_errors: list[str] = []
         self._message = ""
         for ctl in controls.values():
-            ctl.layout.width = "100%"  # fill the grid cell; the cell, not the content, sets the width
+            # fill the grid cell, its margins included (width 100% plus margins stuck out 2 px,
+            # clipped); a long label or option takes as many columns as it needs to show whole
+            ctl.layout.width = "auto"
+            # (grid_area: ipywidgets 8.1's front end drops grid_column, measured in Chromium)
+            ctl.layout.grid_area = f"auto / span {grid_span(ctl, self.COLUMNS)}"
             ctl.style.description_width = "initial"
             ctl.observe(self._on_change, names="value")
         grid = widgets.GridBox(
@@ -130,8 +149,9 @@ class Explorer(widgets.VBox):
             # minmax(0, 1fr): equal columns that may shrink below their content (a long
             # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
             layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
-                                  grid_gap="4px 12px", width="100%"))
-        super().__init__([self.header, grid, self.error, self.summary, self.view, self.plot])
+                                  grid_gap="4px 12px", width="100%", grid_auto_flow="row dense"))
+        # the numbers in words go BELOW the figure: controls and figure fit one screen (1280x800)
+        super().__init__([self.header, grid, self.error, self.view, self.plot, self.summary])
         self.add_class("lab-explorer")
         self.add_class(self.CSS)
         if initial:
