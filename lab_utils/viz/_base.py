@@ -27,7 +27,9 @@ well, and when it takes over: lab_utils/viz/live_plot.py.
 """
 from __future__ import annotations
 
+import functools
 import html
+import json
 from typing import Any
 
 import ipywidgets as widgets
@@ -37,7 +39,8 @@ import plotly.io as pio
 from traitlets import TraitError
 
 from lab_utils.viz.controls import NumberText
-from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, Spec, figure_json, figure_output
+from lab_utils.viz.live_plot import (MAX_RENEWALS, LivePlot, Spec, default_template, figure_json,
+                                    figure_output)
 
 ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
                "padding:6px 10px;margin:4px 0;font-size:13px")
@@ -98,6 +101,12 @@ def _array(key: str, value: Any) -> Any:
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
     return go.Figure(spec)
+
+
+@functools.cache
+def template_json() -> str:
+    """The default template as the text every LivePlot sends its page once (live_plot.py)."""
+    return json.dumps(default_template(), separators=(",", ":"))
 
 
 COLUMN_CHARS = 28  # characters a grid column shows whole at 1280 px (about 200 px of 13-px text)
@@ -262,7 +271,7 @@ class Explorer(widgets.VBox):
             return self._fail(f"unexpected {type(exc).__name__}: {exc}")
         self.spec = spec
         # a live view redraws from this text; otherwise the Output shows it
-        self.plot.figure = figure_json(spec) or pio.to_json(self.figure, validate=False)
+        self.plot.figure = figure_json(spec, template=False) or pio.to_json(self.figure, validate=False)
         if not self.plot.live:
             self._show_in_output()
         self.summary.value = summary
@@ -275,14 +284,14 @@ class Explorer(widgets.VBox):
         title = layout.get("title")
         title = (title.get("text") if isinstance(title, dict) else title) or "figure"
         self.view.layout.min_height = f"{layout.get('height') or 360}px"
-        self.view.outputs = (figure_output(self.plot.figure, title),)
+        self.view.outputs = (figure_output(self.plot.full(), title),)
 
     def _on_live(self, change: dict[str, Any]) -> None:
         if not change["new"]:  # a view could not redraw in place: the Output shows the figure
             self._show_in_output()
 
     def _new_plot(self) -> LivePlot:
-        plot = LivePlot(layout=widgets.Layout(height="0px"))
+        plot = LivePlot(layout=widgets.Layout(height="0px"), template=template_json())
         plot.observe(self._on_live, names="live")
         plot.observe(self._on_deaf, names="deaf")
         return plot
