@@ -125,3 +125,23 @@ def test_bars_with_a_kind_share_one_legend_entry_and_colours_never_repeat():
     many = gantt_spec([dict(rank=0, name=f"op{i}", start=i, end=i + 1) for i in range(14)])
     colors = [d["marker"]["color"] for d in many["data"]]
     assert len(colors) == 14 == len(set(colors))
+
+
+def test_a_figure_whose_axis_runs_far_beyond_its_data_is_refused():
+    """Issue 37.6 (lab 09 cell 35): add_hline(y=80, annotation_text=...) on a log axis put the
+    annotation at 10^80 (plotly reads annotation positions on log axes as log10): the axis ran
+    to 10^85 and flattened every bar. The check names the axis, the data span and the culprit."""
+    import plotly.graph_objects as go
+    from lab_utils.viz import axis_problems, checked, to_figure
+    fig = go.Figure([go.Bar(x=["1", "64"], y=[500.0, 5.0]), go.Bar(x=["1", "64"], y=[20.0, 20.0])])
+    fig.add_hline(y=80, line_dash="dot", annotation_text="80 GB")
+    fig.update_layout(barmode="stack", yaxis=dict(type="log"))
+    (problem,) = axis_problems(fig)
+    assert "yaxis (log)" in problem and "'80 GB'" in problem and "1e+80" in problem
+    with pytest.raises(ValueError, match="log10"):
+        checked(fig)
+    fig.update_layout(yaxis=dict(type="linear"))           # on a linear axis y=80 is 80: fine
+    assert checked(fig) is fig
+    with pytest.raises(ValueError, match="its range"):
+        to_figure({"data": [dict(type="scatter", x=[1, 2], y=[1, 2])],
+                   "layout": {"yaxis": {"range": [0, 1e6]}}})

@@ -38,6 +38,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from traitlets import TraitError
 
+from lab_utils.viz.axis_check import checked
 from lab_utils.viz.controls import NumberText
 from lab_utils.viz.live_plot import (MAX_RENEWALS, LivePlot, Spec, default_template, figure_json,
                                     figure_output)
@@ -100,7 +101,7 @@ def _array(key: str, value: Any) -> Any:
 
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
-    return go.Figure(spec)
+    return checked(go.Figure(spec))
 
 
 @functools.cache
@@ -263,7 +264,7 @@ class Explorer(widgets.VBox):
             return self._fail("; ".join(self._set_errors))
         try:
             state = self.validate(self.values)
-            spec = self.figure_spec(state)
+            spec = checked(self.figure_spec(state))  # no axis far beyond its data
             summary = self.summary_html(state)
         except ValueError as exc:
             return self._fail(str(exc))

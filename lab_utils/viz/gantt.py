@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from lab_utils.viz.axis_check import checked
 from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc.pipeline import Event as PipelineEvent
 
@@ -180,7 +181,8 @@ def gantt_figure(events: Iterable[Any], title: str = "", color_by: str = "name",
     time so the first event starts at 0 (recorded clocks are arbitrary). Bars are labelled
     with the micro-batch id ("3c1" = micro-batch 3, model chunk 1 when interleaved).
     """
-    return go.Figure(gantt_spec(events, title, color_by, time_unit, relative, width, height))
+    spec = gantt_spec(events, title, color_by, time_unit, relative, width, height)
+    return checked(go.Figure(spec))
 
 
 def _rows(state: Mapping[int, Sequence[float] | None] | Sequence[Sequence[float] | None]

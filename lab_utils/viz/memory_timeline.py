@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
+from lab_utils.viz.axis_check import checked
 from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 KINDS = (("params", "parameters", "#4C78A8"), ("grads", "gradients", "#F58518"),
@@ -68,4 +69,4 @@ def memory_timeline_figure(points: Sequence[Any], unit: str = "KB",
                                   "gradient)",
                       yaxis_title=f"bytes held ({unit})", hovermode="x unified",
                       legend=LEGEND_BESIDE)
-    return fig
+    return checked(fig)
