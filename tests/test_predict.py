@@ -143,18 +143,19 @@ def test_a_cell_ending_with_a_prediction_reveal_or_table_shows_it_once(store):
 
 
 def test_enter_commits_and_choices_show_whole_and_chosen(store):
-    """Issue 37.6: Enter in the text box commits; multiple choice shows every option whole (one
-    radio button each) and, once committed, which one was chosen."""
+    """Issue 37.6: Enter in the text box commits what was typed (the text travels with the request:
+    typed_box.py); multiple choice shows every option whole (one radio button each) and, once
+    committed, which one was chosen."""
     from lab_utils.exercises.predict import Prediction
     from lab_utils.exercises.predict_view import _input_widget, committed_html
     p = Prediction("05.frac", "ZeRO-1 as a fraction of DDP?", unit="x DDP")
     view = _input_widget(p)
-    box, error = view.children[1].children[0], view.children[2]
-    box.value = "five eighths"
-    box._handle_custom_msg({"event": "submit"}, [])          # what the page sends on Enter
+    box, error = view.children[1], view.children[2]
+    assert box.placeholder == "a number (x DDP)"
+    box._handle_custom_msg({"type": "commit", "text": "five eighths"}, [])  # what Enter sends
     assert not p.committed and "not a number" in error.value
-    box.value = "5/8"
-    box._handle_custom_msg({"event": "submit"}, [])
+    box._handle_custom_msg({"type": "something else"}, [])
+    box._handle_custom_msg({"type": "commit", "text": "5/8"}, [])
     assert p.value == 0.625
     choices = ["that block only", "the root and that block", "the root, that block and the next"]
     q = Prediction("05.held", "What is held?", choices=tuple(choices))

@@ -79,33 +79,34 @@ def show_live(render: Callable[[], str], text: Callable[[], str]) -> Callable[[]
 
 
 def _input_widget(p: "Prediction") -> Any:
-    """A question, an input (text box or radio buttons), a Commit button and an error line."""
+    """A question, an input (a text box, or one radio button per choice), a Commit button and an
+    error line."""
     import ipywidgets as widgets
+
+    from lab_utils.exercises.typed_box import TypedBox
     label = widgets.HTML(f"<b>Your prediction:</b> {html.escape(p.question)}")
     error = widgets.HTML()
-    if p.choices:  # one option per line, each label whole (toggle buttons cut long ones)
-        box = widgets.RadioButtons(options=list(p.choices), value=None,
-                                   layout=widgets.Layout(width="auto"))
-    else:
-        box = widgets.Text(placeholder="a number" + (f" ({p.unit})" if p.unit else ""),
-                           layout=widgets.Layout(width="220px"))
-    button = widgets.Button(description="Commit", button_style="primary")
 
-    def on_commit(_: Any = None) -> None:
+    def commit(value: Any) -> None:
         if p.committed:
             return
-        if box.value is None:
+        if value is None:
             error.value = f"<span style='color:{RED}'>choose one of the options first</span>"
             return
         try:
-            p.commit(box.value)  # the listeners replace this widget with the committed HTML
+            p.commit(value)  # the listeners replace this widget with the committed HTML
         except ValueError as exc:
             error.value = f"<span style='color:{RED}'>{html.escape(str(exc))}</span>"
 
-    button.on_click(on_commit)
-    # the text box sends {"event": "submit"} when Enter is pressed in it
-    box.on_msg(lambda _w, content, _b: on_commit() if content.get("event") == "submit" else None)
-    row = widgets.HBox([box, button]) if not p.choices else widgets.VBox([box, button])
+    if p.choices:  # one option per line, each label whole (toggle buttons cut long ones)
+        radio = widgets.RadioButtons(options=list(p.choices), value=None,
+                                     layout=widgets.Layout(width="auto"))
+        button = widgets.Button(description="Commit", button_style="primary")
+        button.on_click(lambda _: commit(radio.value))
+        row: Any = widgets.VBox([radio, button])
+    else:  # Enter or Commit sends the text with the request (typed_box.py)
+        row = TypedBox(placeholder="a number" + (f" ({p.unit})" if p.unit else ""))
+        row.on_text(commit)
     view = widgets.VBox([label, row, error])
     view.add_class("lab-prediction")
     return view
