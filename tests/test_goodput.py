@@ -1,9 +1,9 @@
-"""The goodput model of lab 11 (lab_utils/experiments/lab11_goodput.py) and its widget: pure."""
+"""The goodput model of lab 11 (lab_utils/calc/goodput.py) and its widget: pure."""
 import math
 
 import pytest
 
-from lab_utils.experiments import lab11_goodput as gp
+from lab_utils.calc import goodput as gp
 from lab_utils.viz import goodput_explorer as gx
 
 M = gp.LLAMA3_405B.mtbf_s
@@ -57,11 +57,14 @@ def test_simulation_without_failures_pays_only_the_stalls():
     assert sim.goodput == pytest.approx(100 / 110)
 
 
-@pytest.mark.parametrize("args", [(0, 1, 1, 1), (1, -1, 1, 1), (1, 1, float("nan"), 1),
-                                  (1, 1, 1, True), (1, 1, 1, "3h")])
-def test_bad_inputs_raise_value_error(args):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize("args,field", [((0, 1, 1, 1), "tau"), ((1, -1, 1, 1), "delta"),
+                                        ((1, 1, float("nan"), 1), "restart"),
+                                        ((1, 1, 1, True), "mtbf"), ((1, 1, 1, "3h"), "mtbf")])
+def test_bad_inputs_raise_a_value_error_naming_the_field(args, field):
+    with pytest.raises(ValueError, match=f"^{field} "):
         gp.goodput(*args)
+    with pytest.raises(ValueError, match="^horizon "):
+        gp.simulate(1, 1, 1, 1, horizon=-1.0)
 
 
 def test_widget_validates_and_defaults_to_the_daly_optimum():

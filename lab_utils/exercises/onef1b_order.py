@@ -25,7 +25,7 @@ from typing import Any, Callable
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, register
 from lab_utils.exercises._pipeline_check import check_orders
-from lab_utils.parallel.pipeline_parallel.torch_schedules import replay
+from lab_utils.experiments.lab07.torch_pipeline import replay
 
 CONFIGS = ((4, 8), (2, 5), (4, 2))  # (stages p, micro-batches m); p = 2 runs as 2 pipelines
 T_F, STUCK_AFTER_S = 0.01, 3.0

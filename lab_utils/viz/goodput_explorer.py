@@ -1,6 +1,6 @@
 """Goodput explorer: useful share of wall time vs checkpoint interval, under failures (lab 11).
 
-A thin view over lab_utils.experiments.lab11_goodput: Daly 2006's expected goodput for
+A thin view over lab_utils.calc.goodput: Daly 2006's expected goodput for
 exponential failures, its first-order form, and the Young (1974) / Daly (2006) intervals.
 Defaults: the Llama 3 405B record (419 unexpected interruptions in 54 days, Meta 2024).
 """
@@ -10,13 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab_utils.experiments.lab11_goodput import (LLAMA3_405B, daly_interval, goodput,
-                                                  goodput_first_order, waste, young_interval)
+from lab_utils.calc.goodput import (HOUR, LLAMA3_405B, MINUTE, daly_interval, goodput,
+                                    goodput_first_order, waste, young_interval)
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import float_text
 from lab_utils.viz.style import FIGURE_WIDTH
-
-MINUTE, HOUR = 60.0, 3600.0
 
 
 @dataclass(frozen=True)
