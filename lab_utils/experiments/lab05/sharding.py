@@ -9,7 +9,7 @@
     mixed_precision_reference(...)                 ONE process doing FSDP's casts (the check)
 
 Gradient accumulation and the practitioner's idioms (meta-device init, clipping, HSDP) are in
-``lab05_practice``.
+``practice.py``.
 
 Every technique observed here is used as a learner would use it; measurement stays outside:
 CommLedger sees the collectives, ModuleSpans the compute, model_state_bytes the storages.
