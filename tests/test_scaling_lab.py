@@ -1,4 +1,4 @@
-"""Lab 10's worker functions (lab_utils/experiments/lab10/): one 2-rank launch, plus in-process parts.
+"""Lab 10's worker functions (lab_utils/experiments/lab10/): one 2-rank launch, in-process parts.
 
 Timings on a shared CPU are noisy, so the checks are about structure and about what physics
 guarantees (no timing asserts): a sleep of t lasts at least t, strong scaling computes the same
