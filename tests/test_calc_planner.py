@@ -1,7 +1,7 @@
 """3D planner: worked examples of the syllabus and config checking (labs 08, 12)."""
 import pytest
 
-from lab_utils.calc import (PRESETS, best_per_layout, check_config, dgx_a100, dgx_h100,
+from lab_utils.calc import (PRESETS, best_per_layout, check_config, dgx_a100, dgx_h100, evaluate,
                             model_state_memory, param_count, plan)
 
 LLAMA70 = PRESETS["llama2-70b"]
@@ -122,17 +122,21 @@ def test_planner_errors(call, match):
                                    "micro_batches": [8, 1, 1], "compute_efficiency": 1}),
     ("gpt2-small", dgx_a100(3), 48, 1024, {"recomputes": ("full", "none"), "top_k": 9}),
 ])
-def test_plan_fast_path_matches_evaluate_exactly(model, cluster, batch, seq, kwargs):
-    # plan() shares work across candidates (_planner_cache); it must return exactly what
+def test_plan_matches_evaluate_exactly(model, cluster, batch, seq, kwargs):
+    # plan() shares work across candidates (calc._layout_cost); it must return exactly what
     # evaluating every candidate with evaluate() and sorting gives: same plans, same order,
     # bit-identical numbers, same problems and warnings.
-    from lab_utils.calc.planner import _evaluate_all
     cfg = PRESETS[model]
     opts = {"micro_batches": (1, 2, 4, 8), "recomputes": ("none", "selective", "full"),
             "zero_stages": (0, 1, 2, 3), "recipe": "mixed_adam",
             "allow_tp_across_nodes": False, "compute_efficiency": 0.5}
     opts.update({k: v for k, v in kwargs.items() if k != "top_k"})
-    ref = _evaluate_all(cfg, cluster, batch, seq, **opts)
+    ref = [evaluate(cfg, cluster, batch, seq, dp, tp, pp, zero, mb, rc, opts["recipe"], True,
+                    opts["allow_tp_across_nodes"], opts["compute_efficiency"])
+           for dp, tp, pp in _layouts(cfg, cluster.world)
+           for zero in opts["zero_stages"] if dp > 1 or zero == 0
+           for mb in opts["micro_batches"] if batch % (dp * mb) == 0
+           for rc in opts["recomputes"]]
     ref.sort(key=lambda pl: (not pl.feasible, pl.step_s if pl.feasible else pl.memory_bytes))
     ref = ref[:kwargs["top_k"]] if "top_k" in kwargs else ref
     for _ in range(2):  # the second call answers from the cached per-layout tables
@@ -140,6 +144,14 @@ def test_plan_fast_path_matches_evaluate_exactly(model, cluster, batch, seq, kwa
         assert [type(p) for p in got] == [type(p) for p in ref]
         assert [vars(p) for p in got] == [vars(p) for p in ref]
         assert [repr(p) for p in got] == [repr(p) for p in ref]
+
+
+def _layouts(cfg, world):
+    """(dp, tp, pp) in plan's order: tp | heads, pp | layers, dp * tp * pp = world."""
+    return [(world // (tp * pp), tp, pp) for tp in range(1, world + 1)
+            if world % tp == 0 and cfg.n_heads % tp == 0
+            for pp in range(1, world // tp + 1)
+            if (world // tp) % pp == 0 and cfg.n_layers % pp == 0]
 
 
 def test_plan_unusual_options_fail_like_evaluate():

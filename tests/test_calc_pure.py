@@ -6,7 +6,7 @@ import pathlib
 import lab_utils.calc as calc
 
 CALC_DIR = pathlib.Path(calc.__file__).parent
-MODULES = sorted(CALC_DIR.glob("*.py"))
+MODULES = sorted(CALC_DIR.rglob("*.py"))
 
 
 def test_no_torch_import_in_calc():

@@ -1,17 +1,22 @@
 """Inputs that cannot lie (issue 21): every public calculator refuses bad input with a
 ValueError that names the argument, through ONE mechanism (``calc._check``).
 
-The property test enumerates ``calc.__all__``: every function (and every validated input
+The property test enumerates ``calc.__all__``: every function (and every input or record
 class, and every public method of a result or record class that takes arguments) must have a
 valid example call below, so a new function is fuzzed automatically or the test says what to
-add. For each argument, hypothesis substitutes random values that are wrong for its type
-(bools for ints, any float for an int, NaN, inf, 10**400, text, None, containers) and accepts
-only a ValueError whose message names the argument.
+add; and every public function or class of every public calc module must be in ``__all__``
+(discovered by walking the package, so nothing public escapes the fuzzing). For each
+argument, hypothesis substitutes random values that are wrong for its type (bools for ints,
+any float for an int, NaN, inf, 10**400, text, None, containers) and accepts only a
+ValueError whose message names the argument. Published records (``LlamaRun``,
+``DeepSeekBudget``, ...) are inputs too: a learner can build one, so they are fuzzed.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
+import pkgutil
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,6 +43,10 @@ VALID: dict[str, dict] = {
     "param_count": dict(cfg=SMALL),
     "narayanan_param_count": dict(n_layers=24, hidden=2304, vocab_size=51200, seq_len=2048),
     "preset": dict(name="gpt2-small"),
+    "MegatronRun": dict(params_b=1.7, n_heads=24, hidden=2304, n_layers=24, tp=1, pp=1,
+                        n_gpus=32, batch=512, tflops_per_gpu=137.0),
+    "zero_stage": dict(stage=2),
+    "resolve_recipe": dict(recipe="mixed_adam"),
     "Recipe": dict(name="r", weights=2.0, grads=2.0, master=4.0, optimizer=8.0, source="s"),
     "model_state_memory": dict(n_params=1e9, recipe_name="mixed_adam", zero_stage=1, dp=4,
                                tp=2, pp=2, offload_optimizer=False),
@@ -97,6 +106,17 @@ VALID: dict[str, dict] = {
     "time_to_train": dict(n_params=175e9, n_tokens=300e9, n_gpus=1024, flops_per_gpu=140e12,
                           recompute="full", mfu=None, peak_flops=312e12,
                           price_per_gpu_hour=2.0),
+    "NarayananEstimate": dict(model="GPT-3", n_params=175e9, n_tokens=300e9, n_gpus=1024,
+                              tflops_per_gpu=140.0, printed_days=34),
+    "KorthikantiRun": dict(name="22B", n_heads=64, hidden=6144, n_layers=48, tp=8, pp=1,
+                           n_gpus=8, batch=4, full_recompute_s=1.42, present_work_s=1.10,
+                           mfu_pct=41.5, hfu_pct=43.7),
+    "LlamaRun": dict(gpus=8192, tp=8, cp=1, pp=16, dp=64, seq_len=8192, batch_per_dp=32,
+                     tflops_per_gpu=430.0, mfu_pct=43),
+    "DeepSeekBudget": dict(pretrain_gpu_hours=2664e3, context_gpu_hours=119e3,
+                           post_gpu_hours=5e3, printed_total_gpu_hours=2788e3,
+                           price_per_gpu_hour=2.0, printed_cost=5.576e6, tokens=14.8e12,
+                           gpu_hours_per_trillion=180e3, printed_days_per_trillion=3.7),
     "mfu_from_gpu_hours": dict(n_params=37e9, n_tokens=14.8e12, gpu_hours=2.664e6,
                                peak_flops=989e12),
     "Device": dict(name="gpu", peak_flops=1e14, memory_bytes=8e10, mem_bandwidth=2e12,
@@ -164,13 +184,14 @@ METHODS: dict[str, tuple] = {
     "MoEParamCount.active": (calc.moe_param_count(calc.MOE_PRESETS["mixtral-8x7b"]).active,
                              dict(count_embedding=False)),
 }
-# Classes that only carry results (built by calc) or published records (built here).
+# Classes that only carry results computed by calc (published records are inputs: fuzzed).
 RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
-           "DeepSeekV3Params", "KorthikantiRun", "NarayananEstimate", "LlamaRun",
-           "DeepSeekBudget", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan"}
-FREE_TEXT = {("MoEConfig", "name"), ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"), ("Recipe", "source"),
+           "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan"}
+FREE_TEXT = {("KorthikantiRun", "name"), ("NarayananEstimate", "model"), ("MoEConfig", "name"),
+             ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"),
+             ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
              ("Cluster", "name"), ("FloatFormat", "name")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
@@ -191,6 +212,21 @@ def _callables() -> dict[str, object]:
                         len(inspect.signature(fn).parameters) > 1:
                     out[f"{name}.{meth}"] = fn
     return out
+
+
+def test_every_public_name_of_every_calc_module_is_in_all():
+    """Walk the package: a public function or class defined in a public calc module must be
+    exported (and so fuzzed below); helpers are private or live in ``calc._check``."""
+    escaped = []
+    for info in pkgutil.iter_modules(calc.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"lab_utils.calc.{info.name}")
+        for name, obj in vars(module).items():
+            if (not name.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+                    and obj.__module__ == module.__name__ and name not in calc.__all__):
+                escaped.append(f"{info.name}.{name}")
+    assert not escaped, f"export these in calc.__all__ (or make them private): {escaped}"
 
 
 def test_every_public_callable_has_a_valid_example():
@@ -308,6 +344,35 @@ def test_bad_input_raises_value_error_naming_the_argument(case, param, data):
     (lambda: calc.best_per_layout([]) or calc.fit_serial_fraction([], []), "at least 2"),
     (lambda: calc.schedule("1f1b", 300, 300), "too many to simulate"),
     (lambda: calc.plan(SMALL, Cluster(8, 2**18, 80e9, 1e11, 1e10, 1e15), 8, 128), "at most"),
+    # issue 37: the four inputs that were accepted silently, and their unit cousins
+    (lambda: calc.time_to_train(175e9, 300e9, 1024, flops_per_gpu=140, peak_flops=312e12),
+     "looks like TFLOP/s"),
+    (lambda: calc.LlamaRun(8192, 8, 1, 16, 64, 8192, 32, math.nan, 43),
+     "tflops_per_gpu must be a positive number, got NaN"),
+    (lambda: calc.LlamaRun(8192, 8, 1, 16, 32, 8192, 32, 430, 43),
+     r"tp\*cp\*pp\*dp = 8\*1\*16\*32 = 4096 but LlamaRun.gpus=8192"),
+    (lambda: calc.DeepSeekBudget(price_per_gpu_hour=-2), "price_per_gpu_hour must be"),
+    (lambda: calc.LlamaRun(8192, 8, 1, 16, 64, 8192, 32, 430e12, 43), "looks like FLOP/s"),
+    (lambda: calc.LlamaRun(8192, 8, 1, 16, 64, 8192, 32, 430, 80), "disagrees"),
+    (lambda: calc.LlamaRun(8192, 16, 1, 8, 64, 8192, 32, 430, 43), "key/value heads"),
+    (lambda: calc.mfu(7e9, 1e5, 8, 312), "looks like TFLOP/s"),
+    (lambda: calc.mfu_from_gpu_hours(37e9, 14.8e12, 2.664e6, 989), "looks like TFLOP/s"),
+    (lambda: calc.collective_time("all_reduce", 8, 1e6, 5e-6, 50), "looks like GB/s"),
+    (lambda: calc.KorthikantiRun("x", 96, 12288, 96, 8, 8, 96, 64, 18.1, 13.8, 51.4, 52.8),
+     "tp\\*pp=64 does not divide n_gpus=96"),
+    (lambda: calc.NarayananEstimate("x", 175e9, 300e9, 1024, 140e12, 34), "looks like FLOP/s"),
+    (lambda: calc.DeepSeekBudget(printed_total_gpu_hours=1e6), "not the sum of its parts"),
+    (lambda: calc.zero_stage(4), "zero_stage must be 0, 1, 2 or 3"),
+    (lambda: calc.max_params_that_fit(80), "looks like GB"),
+    (lambda: calc.gqa_attention_params(4096, 32, 5), "n_kv_heads=5 does not divide n_heads"),
+    (lambda: calc.moe_memory_per_rank(calc.MOE_PRESETS["mixtral-8x7b"], 4, 2, 64),
+     "pp=64 exceeds n_layers=32"),
+    (lambda: calc.tp_layer_comm(1, 2050, 4096, 4, sequence_parallel=True),
+     "tp=4 does not divide seq_len=2050"),
+    (lambda: calc.activation_bytes_per_layer(2050, 1, 4096, 32, 4, sequence_parallel=True),
+     "sequence parallelism splits"),
+    (lambda: calc.plan_moe(calc.MOE_PRESETS["mixtral-8x7b"], dgx_h100(2), 32, 4096,
+                           zero_stages=(2,)), "zero_stage must be 0 or 1 here"),
 ])
 def test_issue_21_cases(call, match):
     with pytest.raises(ValueError, match=match):

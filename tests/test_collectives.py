@@ -1,6 +1,8 @@
 """lab_utils.parallel.collectives on 4 real ranks (one launch): ring phases and parameter server vs
 torch's collectives, and the bytes each rank sends vs the formulas, exactly."""
 
+import functools
+
 import torch
 import torch.distributed as dist
 
@@ -39,14 +41,49 @@ def _everything(ctx):
         g = dist.get_rank(sub)
         out["sub"] = (torch.equal(chunk, want[4 * g:4 * g + 4]), torch.equal(got, want),
                       rs_sent, led.bytes_sent())
+    out["hier"] = _hierarchical(C, ctx)
     out["before_after"] = lab03.collective_before_after(ctx)
     out["sweep"] = lab03.all_reduce_sweep(ctx, [16, 4096], [2, 4], repeats=1)
     return out
 
 
+def _hierarchical(C, ctx):
+    """2 nodes x 2 ranks: the phases' bytes (lab 03's experiment), the whole against
+    dist.all_reduce on 13 elements (chunks of uneven size), and an impossible node size."""
+    from lab_utils.experiments import lab03
+    phases = lab03.hierarchical_bytes(ctx, 2)
+    intra, inter = C.node_groups(2)
+    odd = torch.arange(13.0) * (ctx.rank + 1)
+    want = odd.clone()
+    dist.all_reduce(want)
+    try:
+        C.node_groups(3)
+        error = None
+    except ValueError as exc:
+        error = str(exc)
+    return phases, torch.equal(C.hierarchical_all_reduce(odd, intra, inter), want), error
+
+
+def test_hierarchical_all_reduce_sends_a_g_th_over_the_network():
+    """Per rank: (G-1)/G D in each intra-node phase, 2(M-1)/M D/G across nodes (G = M = 2)."""
+    res = _results()
+    d = 4096 * 4
+    for out in res:
+        phases, equal, error = out["hier"]
+        assert [phases[k] for k in ("intra-node reduce-scatter", "inter-node all-reduce",
+                                    "intra-node all-gather")] == [d / 2, 2 * (1 / 2) * d / 2, d / 2]
+        assert phases["flat ring"] == 2 * 3 / 4 * d and phases["correct"] and equal
+        assert "must divide the world size 4" in error
+
+
+@functools.lru_cache(maxsize=1)
+def _results():
+    return run(_everything, 4, timeout_s=120, quiet=True)
+
+
 def test_ring_and_parameter_server_match_torch_and_formulas():
     n = 4
-    res = run(_everything, n, timeout_s=120, quiet=True)
+    res = _results()
     for r, out in enumerate(res):
         assert all(ok for *_, ok in out["sums"]), out["sums"]
         sent, sends, calls = out["bytes"][("ring", 4096)]

@@ -172,8 +172,50 @@ def experiments(ctx):
         (default_loss(fsdp(x), y) / 2).backward()
     opt.step()
     out["accum_sync"] = float(sum(w.double().sum() for w in fsdp.full_state_dict().values()))
+    out["replicated"] = _replicated_small_params(ctx)
     # bad input: a clear message on every rank, never a hang
     out["errors"] = _bad_inputs(g)
+    return out
+
+
+def _small(name, p):  # what is not worth sharding: norm weights and biases (1-D)
+    return p.ndim == 1
+
+
+def _replicated_small_params(ctx):
+    """FSDP(replicate=) vs fully_shard(ignored_params=) plus the all-reduce torch leaves to us."""
+    from torch.distributed.fsdp import fully_shard
+    g, out = ctx.group, {}
+    fsdp = FSDP(gpt(), g, replicate=_small)
+    opt = make_optimizer(fsdp.parameters(), "adamw", 1e-2)
+    out["ours"] = train(ctx, fsdp, opt, gpt_batches())[0]
+    out["weights"] = fsdp.full_state_dict()
+    out["kept"] = {n: p.detach().clone() for n, p in fsdp.replicated.items()}
+    out["shapes"] = sorted(tuple(p.shape) for p in fsdp.parameters())
+    model = gpt()
+    ignored = [p for n, p in model.named_parameters() if _small(n, p)]  # a list: the same
+    for block in model.blocks:                                          # order on every rank
+        fully_shard(block, ignored_params=set(ignored))
+    fully_shard(model, ignored_params=set(ignored))
+    opt, losses = make_optimizer(model.parameters(), "adamw", 1e-2), []
+    for batch in gpt_batches():
+        x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
+        loss = default_loss(model(x), y)
+        loss.backward()
+        for p in ignored:  # torch neither shards nor reduces ignored parameters
+            dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=g)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    t = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG, group=g)
+    out["torch"] = t.tolist()
+    fsdp = FSDP(gpt(), g, replicate=_small)  # the global norm counts a replicated grad once
+    x, y = shard_for_rank(gpt_batches(1)[0], ctx.rank, ctx.world_size)
+    with CommLedger() as ledger:
+        default_loss(fsdp(x), y).backward()
+    out["all_reduces"] = ledger.count("all_reduce")
+    out["norm"] = clip_grad_norm_(fsdp.parameters(), 1e9, g, fsdp.replicated.values()).item()
     return out
 
 
@@ -204,6 +246,9 @@ def _bad_inputs(g):
     attempt("zero stage 3", lambda: ZeroOptimizer(gpt(), 3, g))
     from torch.distributed.fsdp import fully_shard
     attempt("already fully_shard", lambda: FSDP(fully_shard(gpt()), g))
+    attempt("replicate unknown", lambda: FSDP(gpt(), g, replicate=["blocks.0.nope"]))
+    attempt("replicate + mixed precision",
+            lambda: FSDP(gpt(), g, replicate=_small, mp=MixedPrecision(torch.bfloat16)))
     return errors
 
 
@@ -236,6 +281,30 @@ def test_parameters_are_the_shards(results):
     assert per_rank[0]["n_shards"] == len(list(model.parameters()))
     want = [(-(-p.shape[0] // k) * (p.numel() // p.shape[0]),) for p in model.parameters()]
     assert sorted(per_rank[0]["shard_shapes"]) == sorted(want)
+
+
+def test_small_parameters_stay_replicated_and_match_fully_shard_ignored(results):
+    """Norm weights and biases kept whole on every rank, gradients averaged by ONE all-reduce:
+    the same losses as one process and as fully_shard(ignored_params=...) + that all-reduce,
+    and every rank ends with the same replicated values."""
+    k, per_rank = results
+    r0 = per_rank[0]["replicated"]
+    ref = reference_run(gpt, gpt_batches(), STEPS, lr=1e-2, optimizer="adamw")
+    assert rel(r0["ours"], ref.losses) < 1e-6 and rel(r0["ours"], r0["torch"]) < 1e-6
+    model = gpt()
+    small = {n for n, p in model.named_parameters() if _small(n, p)}
+    assert set(r0["kept"]) == small and r0["all_reduces"] == 1
+    n_big = sum(1 for n, p in model.named_parameters() if n not in small)
+    assert len(r0["shapes"]) == n_big + len(small)  # shards of the big ones, the small ones whole
+    for r in range(1, k):
+        for name, value in per_rank[r]["replicated"]["kept"].items():
+            assert torch.equal(value, r0["kept"][name]), f"rank {r}'s {name} differs from rank 0's"
+    for name in small:
+        assert_close(r0["weights"][name], r0["kept"][name])
+    x, y = gpt_batches(1)[0]
+    default_loss(model(x), y).backward()
+    want = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).norm().item()
+    assert abs(r0["norm"] - want) < 1e-5 * want
 
 
 def test_comparison_can_fail(results):
@@ -361,7 +430,8 @@ def test_bad_input_gives_a_clear_message(results):
               "policy matches nothing": "matched no submodule", "policy not a policy":
               "policy must be", "dtypes": "different dtypes", "devices": "different devices",
               "tied across units": "tied weights", "zero stage 3": "FSDP",
-              "already fully_shard": "DTensor"}
+              "already fully_shard": "DTensor", "replicate unknown": "not parameters of",
+              "replicate + mixed precision": "use one or the other"}
     for case, words in expect.items():
         assert errors[case] is not None and words in errors[case], (case, errors[case])
 

@@ -30,19 +30,13 @@ ROOT = pathlib.Path(lab_utils.__file__).parent
 EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = [
     frozenset({"lab_utils.runtime.launch", "lab_utils.runtime.pool"}),           # helper "runtime"
     frozenset({"lab_utils.runtime.process", "lab_utils.runtime.zygote"}),        # helper "runtime"
-    frozenset({"lab_utils.calc.planner", "lab_utils.calc._planner_cache"}),      # helper "calc"
-    frozenset({"lab_utils.calc.pipeline", "lab_utils.calc.pipeline_sim"}),       # helper "calc"
     frozenset({f"lab_utils.practice.{name}" for name in (                        # "practice"
         "critique_bank", "critique_bank_baselines", "critique_bank_parallel", "critiques",
         "drills", "generators", "generators_perf", "widgets")}),
 ]
 # The same for private names imported across modules: (importing module, imported name).
 EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: set[tuple[str, str]] = {
-    ("lab_utils.calc._planner_cache", "lab_utils.calc._layout_rules._stage_params"),  # "calc"
-    ("lab_utils.calc._planner_cache", "lab_utils.calc.activations._layer_bytes"),     # "calc"
-    ("lab_utils.calc.planner", "lab_utils.calc._layout_rules._check_inputs"),         # "calc"
-    ("lab_utils.calc.planner", "lab_utils.calc._layout_rules._stage_params"),         # "calc"
-    ("lab_utils.calc.planner", "lab_utils.calc.activations._layer_bytes"),            # "calc"
+    ("lab_utils.calc._layout_cost", "lab_utils.calc.activations._layer_bytes"),        # "calc"
     ("lab_utils.exercises.row_parallel",                                              # "graders"
      "lab_utils.parallel.tensor_parallel.comm._all_reduce"),
     ("lab_utils.exercises.row_parallel",

@@ -20,3 +20,15 @@ def test_course_map_lists_every_lab_with_its_card_count():
     for row in rows:
         lab = row[0].strip("| ").split()[0]
         assert int(row[2]) == len(load_deck(labs=lab)), f"README card count for lab {lab} is stale"
+
+
+def test_time_estimates_agree_between_readme_and_notebooks():
+    """One estimate per lab: the README's 'X / Y min' is the notebook's opening line (T3)."""
+    import json
+    for row in course_map_rows():
+        lab = row[0].strip("| ").split()[0]
+        read, full = re.fullmatch(r"(\d+) / (\d+) min", row[3].strip()).groups()
+        nb = json.loads(next((ROOT / "labs").glob(f"{lab}_*.ipynb")).read_text())
+        opening = "".join(nb["cells"][0]["source"])
+        expected = f"*Time: about {read} minutes to read and run ({full} with the exercises)."
+        assert expected in opening, f"lab {lab}: README says {read} / {full} min, the notebook not"

@@ -3,12 +3,16 @@
 No torch, no torch.distributed: every function is plain Python on numbers, returns BYTES /
 SECONDS / FRACTIONS, and raises ``ValueError`` with a readable message on bad input (widgets
 show it). Every input goes through ``_check`` (one mechanism: bools, floats for ints, NaN,
-inf and 10**400 are refused by name); ``tests/test_calc_validation.py`` fuzzes every
-function listed in ``__all__``. Each docstring gives the formula, its source and the lab.
+inf and 10**400 are refused by name; units that are off by 1e9 or 1e12, shapes that do not
+divide, degrees that do not multiply to the GPU count are named); published records check
+their fields too. ``tests/test_calc_validation.py`` fuzzes every function and class listed
+in ``__all__`` and fails on a public name of a calc module missing from it. Each docstring
+gives the formula, its source and the lab.
 
     units         GB, GiB, fmt_bytes                                  (lab 01)
     params        ModelConfig, param_count, PRESETS                   (lab 01)
     memory        model_state_memory, RECIPES (ZeRO 0-3)              (labs 01, 05)
+    _check        the input checks; zero_stage, ZERO_STAGES (public)  (every lab)
     activations   activation_bytes_per_layer, activation_memory       (labs 01, 02, 06, 07)
     checkpointing checkpoint_segments, optimal_segments (sqrt n)      (lab 02)
     fp8           float formats from bit counts, FP8 per-tensor scaling (lab 02)
@@ -20,20 +24,23 @@ function listed in ``__all__``. Each docstring gives the formula, its source and
     flops         model vs hardware FLOPs, MFU and HFU (Korthikanti)  (lab 10)
     training      time_to_train: days, GPU-hours, cost (Narayanan)    (labs 10, 12)
     hardware      DEVICES, LINKS, Cluster                             (labs 03, 08, 10)
-    planner       plan, check_config                                  (labs 08, 12)
+    planner       plan, evaluate, check_config; its one cost model is
+                  _layout_cost, the rules it shares with moe_planner _layout_rules (labs 08, 12)
     layouts       Llama 3 405B Table 4, layout_memory                 (labs 08, 12)
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
     moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
+    _line_fit     least squares for fit_alpha_beta and fit_serial_fraction (labs 03, 10)
 """
+from lab_utils.calc._check import ZERO_STAGES, zero_stage
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
                                         in_flight_microbatches, logits_bytes)
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
-                                 fit_alpha_beta, pp_bytes_per_microbatch, ring_bytes_per_rank,
-                                 tp_layer_comm)
+                                 fit_alpha_beta, hierarchical_all_reduce_time,
+                                 pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
                                      deepseek_v3_stage_memory)
@@ -45,9 +52,9 @@ from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilizatio
 from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
 from lab_utils.calc.layouts import LLAMA3_405B_TABLE4, LayoutMemory, LlamaRun, layout_memory
 from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
-                                   model_state_memory, zero_memory_table)
-from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, ModelConfig, ParamCount,
-                                   narayanan_param_count, param_count, preset)
+                                   model_state_memory, resolve_recipe, zero_memory_table)
+from lab_utils.calc.params import (NARAYANAN_TABLE1, PRESETS, MegatronRun, ModelConfig,
+                                   ParamCount, narayanan_param_count, param_count, preset)
 from lab_utils.calc.pipeline import (SCHEDULES, Bubble, PipelineFacts, bubble, p2p_factor,
                                      peak_in_flight, pipeline_facts)
 from lab_utils.calc.pipeline_sim import Event, Schedule, schedule
@@ -63,15 +70,18 @@ from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 __all__ = [
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
-    "NARAYANAN_TABLE1",
-    "Recipe", "RECIPES", "ModelStateMemory", "model_state_memory", "zero_memory_table",
+    "NARAYANAN_TABLE1", "MegatronRun",
+    "ZERO_STAGES", "zero_stage",
+    "Recipe", "RECIPES", "resolve_recipe", "ModelStateMemory", "model_state_memory",
+    "zero_memory_table",
     "max_params_that_fit",
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
     "embedding_activation_bytes", "in_flight_microbatches", "logits_bytes",
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",
-    "ring_bytes_per_rank", "collective_time", "alg_bandwidth", "busbw_factor", "bus_bandwidth",
+    "ring_bytes_per_rank", "collective_time", "hierarchical_all_reduce_time", "alg_bandwidth",
+    "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",
     "Bubble", "bubble", "SCHEDULES", "peak_in_flight", "p2p_factor", "pipeline_facts",

@@ -1,59 +1,103 @@
-"""The rules a DP x TP x PP layout must satisfy, shared by ``planner.evaluate`` and its fast
-path ``_planner_cache`` (so both report the same problems in the same words). Labs 08, 12."""
+"""What the two planners share (``planner``: DP x TP x PP; ``moe_planner``: PP x DP with EP
+inside DP): the inputs they check alike, the links a collective crosses, the problems and
+warnings they word alike, the verdict a plan carries and how plans are ranked. Labs 08, 09, 12.
+"""
 from __future__ import annotations
 
-from math import ceil
+from functools import lru_cache
+from operator import attrgetter
+from typing import Any, Sequence
 
-from lab_utils.calc._check import boolean, instance, number, pos_int
+from lab_utils.calc._check import pos_int, sequence
 from lab_utils.calc.hardware import Cluster
-from lab_utils.calc.memory import recipe as _recipe
-from lab_utils.calc.params import ModelConfig, param_count
+from lab_utils.calc.units import fmt_bytes
+
+MAX_WORLD = 2**20  # the planners enumerate the divisors of the world size: a million GPUs
 
 
-MAX_WORLD = 2**20  # plan() enumerates the divisors of the world size; a million GPUs is plenty
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def kv_heads_messages(cfg: ModelConfig, tp: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(problems, warnings) of splitting grouped-query attention's K/V heads over ``tp``.
-
-    Each TP rank computes whole query heads and needs the K/V heads they share. tp | n_kv:
-    fine. tp a multiple of n_kv: every K/V head must be REPLICATED on tp/n_kv ranks (extra
-    memory and compute; Megatron-LM refuses it, it requires n_kv_heads % tp == 0): a warning.
-    Neither: no even split exists, a problem. Llama-2-70B has 8 K/V heads, so TP=16 replicates.
-    """
-    kv = cfg.kv_heads
-    if kv % tp == 0:
-        return (), ()
-    if tp % kv == 0:
-        return (), (f"TP={tp} exceeds the {kv} key/value heads of grouped-query attention: each "
-                    f"K/V head is replicated on {tp // kv} ranks (Megatron-LM requires "
-                    "n_kv_heads % tp == 0); activations and K/V weights are larger than shown",)
-    return (f"TP={tp} does not divide the {kv} key/value heads (grouped-query attention) and "
-            f"is not a multiple of them: the K/V heads cannot be split evenly; use a TP that "
-            f"divides {kv}",), ()
+def check_search(planner: str, cluster: Cluster, micro_batches: object) -> None:
+    """The enumeration's own inputs: micro-batch sizes to try, a world it can enumerate."""
+    sequence("micro_batches", micro_batches, lambda _, mb: pos_int("each micro batch size", mb),
+             min_len=1)
+    if cluster.world > MAX_WORLD:
+        raise ValueError(f"the cluster has {cluster.world} GPUs; {planner} enumerates layouts "
+                         f"for at most {MAX_WORLD}: use fewer nodes")
 
 
-def _check_inputs(cfg: object, cluster: object, global_batch: object, seq_len: object,
-                  recipe: object, allow_tp_across_nodes: object,
-                  compute_efficiency: object) -> None:
-    instance("cfg", cfg, ModelConfig, "calc.preset('llama2-70b')")
-    instance("cluster", cluster, Cluster, "calc.dgx_h100(32)")
-    pos_int("global_batch", global_batch)
-    pos_int("seq_len", seq_len)
-    _recipe(recipe)  # type: ignore[arg-type]
-    boolean("allow_tp_across_nodes", allow_tp_across_nodes)
-    number("compute_efficiency", compute_efficiency, 0, 1, lo_open=True,
-           expected="a fraction in (0, 1] of the peak FLOP/s",
-           hint="0.5 means half the peak; more than 1 would beat the hardware")
+def link(cluster: Cluster, inter: bool) -> tuple[float, float]:
+    """(bandwidth, latency) of the inter-node network if ``inter``, else of NVLink."""
+    if inter:
+        return cluster.inter_node_bw, cluster.inter_node_latency_s
+    return cluster.intra_node_bw, cluster.intra_node_latency_s
 
 
-def _stage_params(cfg: ModelConfig, tp: int, pp: int) -> float:
-    """Parameters on one GPU of the fullest stage: L/p layers (TP-split) plus the embedding
-    on the first stage or the head on the last one (vocab-parallel, split by tp)."""
-    pc = param_count(cfg)
-    layers = ceil(cfg.n_layers / pp) * pc.per_layer
-    if pp == 1:
-        return (layers + pc.embedding + pc.head) / tp
-    # A tied head on a different stage than the embedding needs its own copy (Megatron).
-    head = cfg.vocab_size * cfg.hidden if cfg.tied_embeddings else pc.head
-    return (layers + max(pc.embedding, head)) / tp
+def batch_problem(global_batch: int, dp: int, micro_batch: int) -> tuple[str, ...]:
+    if global_batch % (dp * micro_batch) == 0:
+        return ()
+    return (f"global batch {global_batch} is not divisible by dp*micro_batch = "
+            f"{dp * micro_batch}; change the batch or the micro-batch size",)
+
+
+def memory_messages(mem: float, gpu_mem: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(problems, warnings) of needing ``mem`` bytes on a GPU of ``gpu_mem``."""
+    if mem > gpu_mem:
+        return (f"needs {fmt_bytes(mem)}{_too_big(gpu_mem)}",), ()
+    if mem > 0.9 * gpu_mem:
+        return (), (f"uses {mem / gpu_mem:.0%} of GPU memory: little headroom for "
+                    "fragmentation and temporary buffers",)
+    return (), ()
+
+
+@lru_cache(maxsize=64)
+def _too_big(gpu_mem: float) -> str:
+    return f" > {fmt_bytes(gpu_mem)} per GPU"  # once per GPU size: plan() asks it ~1e3 times
+
+
+def bubble_warning(pp: int, n_micro: int, bubble: float) -> tuple[str, ...]:
+    if pp > 1 and n_micro < pp:
+        return (f"only {n_micro} micro-batches for {pp} stages: the bubble is {bubble:.0%} of "
+                "compute; use m >= 4p",)
+    return ()
+
+
+def ranked(plans: Sequence[Any], keep: int, global_batch: int, world: int) -> list:
+    """Feasible plans fastest first, then infeasible ones least memory first; ``keep`` > 0
+    keeps that many. No candidate at all means the batch fits no layout."""
+    if not plans:
+        raise ValueError(f"no layout divides the problem: the global batch {global_batch} "
+                         f"must be divisible by dp*micro_batch for some dp dividing {world}; "
+                         f"try a batch that is a multiple of {world}")
+    ok = sorted((p for p in plans if p.feasible), key=attrgetter("step_s"))
+    bad = sorted((p for p in plans if not p.feasible), key=attrgetter("memory_bytes"))
+    out = ok + bad
+    return out[:keep] if keep else out
+
+
+class Verdict:
+    """What ``Plan`` and ``MoEPlan`` share: ``problems`` make a plan infeasible, ``warnings``
+    do not; ``explain`` is the readable report (lab 12 grades a proposed config with it)."""
+
+    problems: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        raise NotImplementedError
+
+    def details(self) -> list[str]:
+        raise NotImplementedError
+
+    def explain(self) -> str:
+        """The summary, OK or NOT FEASIBLE, the plan's figures, its problems and warnings."""
+        lines = [f"{self.summary()}: {'OK' if self.feasible else 'NOT FEASIBLE'}",
+                 *self.details()]
+        lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return "\n".join(lines)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import boolean, choice, heads_and_tp, index, int_choice, pos_int
+from lab_utils.calc._check import (boolean, choice, heads_and_tp, index, int_choice, pos_int,
+                                   sequence_split)
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -52,6 +53,7 @@ def activation_bytes_per_layer(seq_len: int, micro_batch: int, hidden: int, n_he
     h, a, t = pos_int("hidden", hidden), pos_int("n_heads", n_heads), pos_int("tp", tp)
     heads_and_tp(h, a, t)
     sp = boolean("sequence_parallel", sequence_parallel)
+    sequence_split(t, s, sp)
     choice("recompute", recompute, RECOMPUTE)
     flash = boolean("flash_attention", flash_attention)
     return _layer_bytes(s, b, h, a, t, sp, recompute, flash)
@@ -83,6 +85,7 @@ def embedding_activation_bytes(seq_len: int, micro_batch: int, hidden: int, tp: 
     s, b = pos_int("seq_len", seq_len), pos_int("micro_batch", micro_batch)
     h, t = pos_int("hidden", hidden), pos_int("tp", tp)
     sp = boolean("sequence_parallel", sequence_parallel)
+    sequence_split(t, s, sp)
     return s * b * h / (t if sp else 1)
 
 

@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import (boolean, choice, line_fit, nonneg_num, pos_int, pos_num,
-                                   sequence)
+from lab_utils.calc._check import (boolean, byte_rate, choice, nonneg_num, pos_int, pos_num,
+                                   sequence, sequence_split)
+from lab_utils.calc._line_fit import line_fit
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send_recv")
@@ -71,7 +72,7 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     choice("op", op, OPS)
     choice("algorithm", algorithm, ("ring", "tree"))
     n, d = pos_int("n", n), nonneg_num("size_bytes", size_bytes)
-    a, beta = nonneg_num("alpha_s", alpha_s), 1 / pos_num("bandwidth_bytes_per_s",
+    a, beta = nonneg_num("alpha_s", alpha_s), 1 / byte_rate("bandwidth_bytes_per_s",
                                                          bandwidth_bytes_per_s)
     if op == "send_recv":
         return a + d * beta
@@ -90,6 +91,25 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     if op in ("broadcast", "reduce"):
         return lg * (a + d * beta)
     return lg * a + lg / 2 * d * beta  # all_to_all, Bruck
+
+
+def hierarchical_all_reduce_time(gpus_per_node: int, nodes: int, size_bytes: float,
+                                 intra: tuple[float, float], inter: tuple[float, float]) -> float:
+    """Alpha-beta time (s) of the hierarchical all-reduce over nodes x gpus_per_node ranks;
+    ``intra`` and ``inter`` are (alpha_s, bandwidth_bytes_per_s) of the two links:
+
+        ring reduce-scatter in the node    (G-1) a_in  + (G-1)/G D / B_in
+        ring all-reduce across nodes       2(M-1) a_out + 2(M-1)/M (D/G) / B_out
+        ring all-gather in the node        (G-1) a_in  + (G-1)/G D / B_in
+
+    A flat ring over all G*M ranks is collective_time("all_reduce", G*M, D, a_out, B_out): ONE
+    ring moves at its slowest (network) hop. NCCL's several rings (channels, one per NIC)
+    spread that traffic; what hierarchy still saves is the 2(GM-1) latency steps. Lab 03."""
+    g, m = pos_int("gpus_per_node", gpus_per_node), pos_int("nodes", nodes)
+    (a_in, b_in), (a_out, b_out) = intra, inter
+    d = nonneg_num("size_bytes", size_bytes)
+    return (2 * collective_time("reduce_scatter", g, d, a_in, b_in)
+            + collective_time("all_reduce", m, d / g, a_out, b_out))
 
 
 def alg_bandwidth(size_bytes: float, time_s: float) -> float:
@@ -167,6 +187,7 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
                   pos_int("hidden", hidden), pos_int("tp", tp))
     e = pos_int("bytes_per_elem", bytes_per_elem)
     sequence_parallel = boolean("sequence_parallel", sequence_parallel)
+    sequence_split(t, s, sequence_parallel)
     backward = boolean("backward", backward)
     choice("recompute", recompute, ("none", "selective", "full"))
     n_ar = 2 + (2 if backward else 0) + (2 if backward and recompute == "full" else 0)

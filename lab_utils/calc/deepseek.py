@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import index, nonneg_num, pos_num
+from lab_utils.calc._check import fields, flop_rate, index, nonneg_num, pos_num
 from lab_utils.calc.hardware import DEVICES
 from lab_utils.calc.memory import Recipe, model_state_memory
 from lab_utils.calc.training import mfu_from_gpu_hours
@@ -90,6 +90,18 @@ class DeepSeekBudget:
     gpu_hours_per_trillion: float = 180e3
     printed_days_per_trillion: float = 3.7
 
+    def __post_init__(self) -> None:
+        fields(self, nonneg_num, ("pretrain_gpu_hours", "context_gpu_hours", "post_gpu_hours",
+                                  "printed_total_gpu_hours", "price_per_gpu_hour",
+                                  "printed_cost", "gpu_hours_per_trillion",
+                                  "printed_days_per_trillion"))
+        pos_num("DeepSeekBudget.tokens", self.tokens)
+        parts = self.total_gpu_hours
+        if abs(self.printed_total_gpu_hours - parts) > 0.01 * max(parts, 1.0):
+            raise ValueError(f"DeepSeekBudget.printed_total_gpu_hours="
+                             f"{self.printed_total_gpu_hours:g} is not the sum of its parts "
+                             f"(pre-training + context extension + post-training = {parts:g})")
+
     @property
     def total_gpu_hours(self) -> float:
         return self.pretrain_gpu_hours + self.context_gpu_hours + self.post_gpu_hours
@@ -106,7 +118,7 @@ class DeepSeekBudget:
         """6 x activated params x tokens / pre-training GPU-hours at ``peak_flops`` (bf16
         dense by default; the FP8 matmuls have twice that peak, so half this MFU)."""
         return mfu_from_gpu_hours(deepseek_v3_params().activated, self.tokens,
-                                  self.pretrain_gpu_hours, pos_num("peak_flops", peak_flops))
+                                  self.pretrain_gpu_hours, flop_rate("peak_flops", peak_flops))
 
 
 DEEPSEEK_V3 = DeepSeekBudget()

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, pos_int, pos_num
+from lab_utils.calc._check import (choice, fields, flop_rate, megatron_run, number, pos_int,
+                                   pos_num, text)
 from lab_utils.calc.activations import RECOMPUTE
 
 
@@ -80,7 +81,7 @@ def flops_utilization(batch: int, seq_len: int, n_layers: int, hidden: int, voca
     model = megatron_model_flops(batch, seq_len, n_layers, hidden, vocab_size)
     hw = megatron_hardware_flops(batch, seq_len, n_layers, hidden, vocab_size, recompute)
     capacity = pos_int("n_gpus", n_gpus) * pos_num("step_time_s", step_time_s) * \
-        pos_num("peak_flops", peak_flops)
+        flop_rate("peak_flops", peak_flops)
     hfu = hw / capacity
     if hfu > 1:
         raise ValueError(f"HFU = {hfu:.3g} is above 100%: the GPUs cannot execute more than "
@@ -108,6 +109,17 @@ class KorthikantiRun:
     present_work_s: float
     mfu_pct: float
     hfu_pct: float
+
+    def __post_init__(self) -> None:
+        text("KorthikantiRun.name", self.name)
+        megatron_run(self)
+        fields(self, pos_num, ("full_recompute_s", "present_work_s"))
+        fields(self, lambda n, v: number(n, v, 0, 100, expected="a percentage in 0..100"),
+               ("mfu_pct", "hfu_pct"))
+        if self.mfu_pct > self.hfu_pct:
+            raise ValueError(f"KorthikantiRun.mfu_pct={self.mfu_pct:g} exceeds hfu_pct="
+                             f"{self.hfu_pct:g}: HFU counts the model's FLOPs plus the "
+                             "recomputed ones, so MFU <= HFU")
 
     def utilization(self, recompute: str = "selective") -> Utilization:
         """MFU/HFU implied by the printed iteration time ('selective': present work,

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, heads_and_tp, instance, int_choice,
-                                   pos_int, pos_num, whole)
+from lab_utils.calc._check import (at_most, boolean, choice, degrees_multiply, divides, fields,
+                                   flop_rate, heads_and_tp, instance, pos_int, pos_num, whole,
+                                   zero_stage as _zero_stage)
 from lab_utils.calc.activations import RECOMPUTE, activation_bytes_per_layer
 from lab_utils.calc.hardware import DEVICES
-from lab_utils.calc.memory import ModelStateMemory, model_state_memory, recipe as _recipe
+from lab_utils.calc.memory import ModelStateMemory, model_state_memory, resolve_recipe
 from lab_utils.calc.params import PRESETS, ModelConfig, param_count
 from lab_utils.calc.scaling import flops_per_token
+
+CP_SLICES = "each context-parallel rank holds an equal slice of the sequence"
 
 
 @dataclass(frozen=True)
@@ -53,16 +56,13 @@ def layout_memory(cfg: ModelConfig, tp: int, pp: int, dp: int, seq_len: int,
     instance("cfg", cfg, ModelConfig, "calc.preset('llama3.1-405b')")
     tp, pp, dp = pos_int("tp", tp), pos_int("pp", pp), pos_int("dp", dp)
     s, b, cp = pos_int("seq_len", seq_len), pos_int("micro_batch", micro_batch), pos_int("cp", cp)
-    zero = int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
+    zero = _zero_stage(zero_stage)
     choice("recompute", recompute, RECOMPUTE)
     flash = boolean("flash_attention", flash_attention)
-    _recipe(recipe)
+    resolve_recipe(recipe)
     heads_and_tp(cfg.hidden, cfg.n_heads, tp, cfg.kv_heads)
-    if s % cp:
-        raise ValueError(f"cp={cp} must divide seq_len={s}: each context-parallel rank holds "
-                         "an equal slice of the sequence")
-    if pp > cfg.n_layers:
-        raise ValueError(f"pp={pp} exceeds n_layers={cfg.n_layers}: every stage needs a layer")
+    divides("cp", cp, "seq_len", s, CP_SLICES)
+    at_most("pp", pp, "n_layers", cfg.n_layers, "every stage needs a layer")
     default = -(-cfg.n_layers // pp)
     n_first = default if first_stage_layers is None else whole(
         "first_stage_layers", first_stage_layers, 1, cfg.n_layers)
@@ -87,6 +87,24 @@ class LlamaRun:
     batch_per_dp: int
     tflops_per_gpu: float
     mfu_pct: int
+
+    def __post_init__(self) -> None:
+        fields(self, pos_int, ("gpus", "tp", "cp", "pp", "dp", "seq_len", "batch_per_dp"))
+        degrees_multiply("LlamaRun.gpus", self.gpus, tp=self.tp, cp=self.cp, pp=self.pp,
+                         dp=self.dp)
+        cfg = PRESETS["llama3.1-405b"]
+        heads_and_tp(cfg.hidden, cfg.n_heads, self.tp, cfg.kv_heads)
+        at_most("pp", self.pp, "n_layers", cfg.n_layers, "every stage needs a layer")
+        divides("cp", self.cp, "seq_len", self.seq_len, CP_SLICES)
+        flop_rate("LlamaRun.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
+        whole("LlamaRun.mfu_pct", self.mfu_pct, 0, 100)
+        if self.implied_mfu > 1:
+            raise ValueError(f"LlamaRun.tflops_per_gpu={self.tflops_per_gpu:g} exceeds the "
+                             "H100's 989 TFLOP/s bf16 peak")
+        if abs(100 * self.implied_mfu - self.mfu_pct) > 1.5:
+            raise ValueError(f"LlamaRun.mfu_pct={self.mfu_pct} disagrees with tflops_per_gpu="
+                             f"{self.tflops_per_gpu:g}, which is {self.implied_mfu:.1%} of the "
+                             "H100's 989 TFLOP/s; the two must describe the same run")
 
     @property
     def tokens_per_batch(self) -> int:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, int_choice, nonneg_num, pos_int,
-                                   sequence, text)
+from lab_utils.calc._check import (boolean, byte_count, choice, nonneg_num, pos_int, sequence,
+                                   text, zero_stage as _zero_stage)
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,12 @@ RECIPES: dict[str, Recipe] = {
 }
 
 
-def recipe(name: str | Recipe) -> Recipe:
-    """Resolve a recipe by name (see ``RECIPES``) or pass a ``Recipe`` through."""
-    if isinstance(name, Recipe):
-        return name
-    choice("recipe", name, list(RECIPES))
-    return RECIPES[name]  # type: ignore[index]
+def resolve_recipe(recipe: str | Recipe) -> Recipe:
+    """Resolve a recipe by name (see ``RECIPES``) or pass a ``Recipe`` through. Labs 01, 05."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    choice("recipe", recipe, list(RECIPES))
+    return RECIPES[recipe]  # type: ignore[index]
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def model_state_memory(n_params: float, recipe_name: str | Recipe = "mixed_adam"
     Introduced in lab 01 (stage 0), sharded in lab 05, combined with TP/PP in lab 08.
     """
     n_params = nonneg_num("n_params", n_params)
-    r = recipe(recipe_name)
-    zero_stage = int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
+    r = resolve_recipe(recipe_name)
+    zero_stage = _zero_stage(zero_stage)
     dp, tp, pp = pos_int("dp", dp), pos_int("tp", tp), pos_int("pp", pp)
     offload_optimizer = boolean("offload_optimizer", offload_optimizer)
     psi = n_params / (tp * pp)
@@ -168,7 +168,7 @@ def max_params_that_fit(gpu_mem_bytes: float, recipe_name: str | Recipe = "mixed
     Model state is linear in n_params, so this is budget / (bytes per parameter on one rank).
     Ignores activations (put them in ``reserved_bytes``). Lab 05 (what ZeRO buys), lab 12.
     """
-    budget = nonneg_num("gpu_mem_bytes", gpu_mem_bytes) - nonneg_num("reserved_bytes",
+    budget = byte_count("gpu_mem_bytes", gpu_mem_bytes) - nonneg_num("reserved_bytes",
                                                                       reserved_bytes)
     if budget <= 0:
         raise ValueError("reserved_bytes leaves no memory for model state; lower it")

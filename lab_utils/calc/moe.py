@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import boolean, instance, int_choice, nonneg_int, pos_int, pos_num, text
+from lab_utils.calc._check import (at_most, boolean, divides, instance, nonneg_int, pos_int,
+                                   pos_num, text, zero_stage as _zero_stage)
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.calc.memory import Recipe, model_state_memory, recipe as resolve_recipe
+from lab_utils.calc.memory import Recipe, model_state_memory, resolve_recipe
 
 
 def gqa_attention_params(hidden: int, n_heads: int, n_kv_heads: int | None = None,
@@ -30,6 +31,8 @@ def gqa_attention_params(hidden: int, n_heads: int, n_kv_heads: int | None = Non
     attention, Ainslie et al. 2023; kv = a is multi-head attention). Lab 09."""
     h, a = pos_int("hidden", hidden), pos_int("n_heads", n_heads)
     kv = pos_int("n_kv_heads", n_kv_heads if n_kv_heads is not None else a)
+    divides("n_kv_heads", kv, "n_heads", a,
+            "grouped-query attention shares each K/V head among as many query heads")
     hd = pos_int("head_dim", head_dim if head_dim is not None else h // a)
     return 2 * h * a * hd + 2 * h * kv * hd
 
@@ -209,7 +212,8 @@ def moe_memory_per_rank(cfg: MoEConfig, ep: int, dp: int = 1, pp: int = 1,
     """
     cfg = instance("cfg", cfg, MoEConfig, "MOE_PRESETS['mixtral-8x7b']")
     ep, dp, pp = pos_int("ep", ep), pos_int("dp", dp), pos_int("pp", pp)
-    zero_stage = int_choice("zero_stage", zero_stage, (0, 1, 2, 3), "0 = plain DDP")
+    at_most("pp", pp, "n_layers", cfg.n_layers, "every stage needs a layer")
+    zero_stage = _zero_stage(zero_stage)
     recipe = resolve_recipe(recipe)
     if cfg.n_experts % ep:
         raise ValueError(f"{cfg.n_experts} experts cannot be split evenly over ep={ep} ranks: "

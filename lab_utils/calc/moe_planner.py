@@ -29,16 +29,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
-from operator import attrgetter
 
-from lab_utils.calc._check import choice, instance, int_choice, nonneg_int, number, pos_int, \
-    pos_num, sequence
-from lab_utils.calc._layout_rules import MAX_WORLD
-from lab_utils.calc._planner_cache import divisors
+from lab_utils.calc._check import choice, instance, nonneg_int, number, pos_int, pos_num, \
+    sequence, zero_stage as _zero_stage
+from lab_utils.calc._layout_rules import (Verdict, batch_problem, bubble_warning, check_search,
+                                          divisors, link, memory_messages, ranked)
 from lab_utils.calc.activations import activation_bytes_per_layer
 from lab_utils.calc.comm import collective_time, pp_bytes_per_microbatch
 from lab_utils.calc.hardware import DEVICES, Cluster
-from lab_utils.calc.memory import Recipe, recipe as resolve_recipe
+from lab_utils.calc.memory import Recipe, resolve_recipe
 from lab_utils.calc.moe import (AllToAllVolume, MoEConfig, MoEMemory, all_to_all_bytes_per_layer,
                                 moe_memory_per_rank, moe_param_count)
 from lab_utils.calc.pipeline import bubble
@@ -48,7 +47,7 @@ MOE_RECOMPUTE = ("selective", "full")
 
 
 @dataclass(frozen=True)
-class MoEPlan:
+class MoEPlan(Verdict):
     """One evaluated MoE layout. Times in seconds per optimizer step; memory in bytes per
     GPU (model state of an average stage + activations of the fullest one). ``problems``
     make it infeasible; ``warnings`` do not."""
@@ -75,10 +74,6 @@ class MoEPlan:
     warnings: tuple[str, ...] = ()
 
     @property
-    def feasible(self) -> bool:
-        return not self.problems
-
-    @property
     def layout(self) -> tuple[int, int, int]:
         return (self.pp, self.dp, self.ep)
 
@@ -91,18 +86,14 @@ class MoEPlan:
         return (f"PP={self.pp} DP={self.dp} (EP={self.ep} x {self.expert_replicas} replicas) "
                 f"TP=1 ZeRO-{self.zero_stage} mb={self.micro_batch} recompute={self.recompute}")
 
-    def explain(self) -> str:
-        """A readable report of the plan's memory, time, problems and warnings."""
+    def details(self) -> list[str]:
+        """Memory and time, term by term (``explain`` prints them)."""
         mem = fmt_bytes(self.memory_bytes) if self.model_state else "? (experts do not split)"
-        lines = [f"{self.summary()}: {'OK' if self.feasible else 'NOT FEASIBLE'}",
-                 f"  memory/GPU {mem} of {fmt_bytes(self.gpu_mem_bytes)} (activations "
-                 f"{fmt_bytes(self.activation_bytes)})",
-                 f"  step ~{self.step_s:.2f} s: compute {self.compute_s:.2f}, all-to-all "
-                 f"{self.a2a_s:.2f} (before overlap), PP {self.pp_comm_s:.3f}, bubble "
-                 f"{self.bubble:.1%}, DP {self.dp_comm_s:.2f}; {self.n_micro} micro-batches"]
-        lines += [f"  problem: {p}" for p in self.problems]
-        lines += [f"  warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
+        return [f"  memory/GPU {mem} of {fmt_bytes(self.gpu_mem_bytes)} (activations "
+                f"{fmt_bytes(self.activation_bytes)})",
+                f"  step ~{self.step_s:.2f} s: compute {self.compute_s:.2f}, all-to-all "
+                f"{self.a2a_s:.2f} (before overlap), PP {self.pp_comm_s:.3f}, bubble "
+                f"{self.bubble:.1%}, DP {self.dp_comm_s:.2f}; {self.n_micro} micro-batches"]
 
 
 def h800_cluster(n_nodes: int = 256) -> Cluster:
@@ -112,6 +103,15 @@ def h800_cluster(n_nodes: int = 256) -> Cluster:
     d = DEVICES["H800-SXM-80GB"]
     n = pos_int("n_nodes", n_nodes)
     return Cluster(8, n, d.memory_bytes, 160e9, 50e9, d.peak_flops, name=f"{n}x 8 H800")
+
+
+def _zero_0_or_1(value: object) -> int:
+    """A ZeRO stage this planner models: 0 or 1 (with PP, ZeRO-2/3 re-sync every micro-batch)."""
+    stage = _zero_stage(value)
+    if stage > 1:
+        raise ValueError(f"zero_stage must be 0 or 1 here (ZeRO-1 or plain DP), got {stage}: "
+                         "with PP, ZeRO-2/3 would re-sync gradients every micro-batch")
+    return stage
 
 
 def _activations(cfg: MoEConfig, seq_len: int, micro_batch: int, recompute: str,
@@ -158,8 +158,7 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     cluster = instance("cluster", cluster, Cluster, "calc.h800_cluster(256)")
     global_batch, seq_len = pos_int("global_batch", global_batch), pos_int("seq_len", seq_len)
     pp, dp, ep = pos_int("pp", pp), pos_int("dp", dp), pos_int("ep", ep)
-    zero_stage = int_choice("zero_stage", zero_stage, (0, 1), "ZeRO-1 or plain DP (with PP, "
-                            "ZeRO-2/3 would re-sync every micro-batch)")
+    zero_stage = _zero_0_or_1(zero_stage)
     micro_batch = pos_int("micro_batch", micro_batch)
     recompute = choice("recompute", recompute, MOE_RECOMPUTE)
     recipe = resolve_recipe(recipe)
@@ -181,9 +180,7 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
                         f"rank must hold the same number of whole experts")
     if pp > cfg.n_layers:
         problems.append(f"PP={pp} exceeds the {cfg.n_layers} layers: some stage would be empty")
-    if global_batch % (dp * micro_batch):
-        problems.append(f"global batch {global_batch} is not divisible by dp*micro_batch = "
-                        f"{dp * micro_batch}; change the batch or the micro-batch size")
+    problems += batch_problem(global_batch, dp, micro_batch)
     n_micro = max(1, global_batch // (dp * micro_batch))
     layers = ceil(cfg.n_layers / pp)                      # the fullest stage
     moe_layers = min(layers, ceil(cfg.n_moe_layers / pp))
@@ -194,10 +191,10 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     act = _activations(cfg, seq_len, micro_batch, recompute, layers, moe_layers,
                        min(pp, n_micro))
     mem = (state.total if state else float("inf")) + act  # inf: no even split
-    if state and mem > cluster.gpu_mem_bytes:
-        problems.append(f"needs {fmt_bytes(mem)} > {fmt_bytes(cluster.gpu_mem_bytes)} per GPU")
-    elif state and mem > 0.9 * cluster.gpu_mem_bytes:
-        warnings.append(f"uses {mem / cluster.gpu_mem_bytes:.0%} of GPU memory: little headroom")
+    if state:
+        mem_problems, mem_warnings = memory_messages(mem, cluster.gpu_mem_bytes)
+        problems += mem_problems
+        warnings += mem_warnings
 
     # --- time
     count = moe_param_count(cfg)
@@ -213,32 +210,23 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     if ep > gpn:
         warnings.append(f"EP={ep} spans {ceil(ep / gpn)} nodes: {vol.inter_node_fraction:.0%} of "
                         "each all-to-all crosses the inter-node network, every MoE layer")
-    bw, lat = _link(cluster, cluster.n_nodes > 1)        # some stage boundary crosses nodes
+    bw, lat = link(cluster, cluster.n_nodes > 1)        # some stage boundary crosses nodes
     pp_s = 0.0
     if pp > 1:
         msg = pp_bytes_per_microbatch(micro_batch, seq_len, cfg.hidden)
         pp_s = n_micro * 2 * collective_time("send_recv", 2, msg, lat, bw)
-    bw, lat = _link(cluster, dp > gpn)
+    bw, lat = link(cluster, dp > gpn)
     dense_grads = 2 * count.non_expert / pp
     expert_grads = 2 * count.routed_experts / (ep * pp)
     dp_s = (collective_time("all_reduce", dp, dense_grads, lat, bw)
             + collective_time("all_reduce", max(1, dp // ep), expert_grads, lat, bw))
     bub = bubble("1f1b", pp, n_micro).of_ideal
-    if pp > 1 and n_micro < pp:
-        warnings.append(f"only {n_micro} micro-batches for {pp} stages: the bubble is "
-                        f"{bub:.0%} of compute; use m >= 4p")
+    warnings += bubble_warning(pp, n_micro, bub)
     exposed = a2a - min(a2a_overlap * a2a, compute)      # only compute can hide it
     step = (compute + exposed + pp_s) * (1 + bub) + dp_s
     return MoEPlan(pp, dp, ep, zero_stage, micro_batch, recompute, n_micro, state, act, mem,
                    cluster.gpu_mem_bytes, compute, a2a, vol, pp_s, dp_s, bub, step,
                    tuple(problems), tuple(warnings))
-
-
-def _link(cluster: Cluster, inter: bool) -> tuple[float, float]:
-    """(bandwidth, latency) of the inter-node network if ``inter``, else of NVLink."""
-    if inter:
-        return cluster.inter_node_bw, cluster.inter_node_latency_s
-    return cluster.intra_node_bw, cluster.intra_node_latency_s
 
 
 def _a2a_time(cluster: Cluster, ep: int, size_bytes: float, inter_fraction: float) -> float:
@@ -247,7 +235,7 @@ def _a2a_time(cluster: Cluster, ep: int, size_bytes: float, inter_fraction: floa
     the rest at NVLink's, one after the other (1 / bw = f / inter + (1 - f) / intra)."""
     f = inter_fraction
     inverse_bw = f / cluster.inter_node_bw + (1 - f) / cluster.intra_node_bw
-    bw, lat = 1 / inverse_bw, _link(cluster, f > 0)[1]
+    bw, lat = 1 / inverse_bw, link(cluster, f > 0)[1]
     return collective_time("all_to_all", ep, size_bytes, lat, bw)
 
 
@@ -267,15 +255,10 @@ def plan_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: int,
     cluster = instance("cluster", cluster, Cluster, "calc.h800_cluster(256)")
     global_batch, seq_len = pos_int("global_batch", global_batch), pos_int("seq_len", seq_len)
     n_best = nonneg_int("n_best", n_best)
-    sequence("micro_batches", micro_batches, lambda _, mb: pos_int("each micro batch size", mb),
-             min_len=1)
-    sequence("zero_stages", zero_stages,
-             lambda _, z: int_choice("zero_stage", z, (0, 1), "ZeRO-1 or plain DP"), min_len=1)
+    check_search("plan_moe", cluster, micro_batches)
+    sequence("zero_stages", zero_stages, lambda _, z: _zero_0_or_1(z), min_len=1)
     sequence("recomputes", recomputes,
              lambda _, rc: choice("recompute", rc, MOE_RECOMPUTE), min_len=1)
-    if cluster.world > MAX_WORLD:
-        raise ValueError(f"the cluster has {cluster.world} GPUs; plan_moe enumerates layouts for "
-                         f"at most {MAX_WORLD}: use fewer nodes")
     out = []
     for pp in (p for p in divisors(cluster.world) if p <= cfg.n_layers):
         dp = cluster.world // pp
@@ -285,11 +268,4 @@ def plan_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: int,
                     out += [evaluate_moe(cfg, cluster, global_batch, seq_len, pp, dp, ep, zero,
                                          mb, rc, recipe, compute_efficiency, dispatch_bytes,
                                          combine_bytes, a2a_overlap) for rc in recomputes]
-    if not out:
-        raise ValueError(f"no layout divides the problem: the global batch {global_batch} must "
-                         "be divisible by dp*micro_batch for some dp dividing "
-                         f"{cluster.world}; try a multiple of {cluster.world}")
-    ok = sorted((p for p in out if p.feasible), key=attrgetter("step_s"))
-    bad = sorted((p for p in out if not p.feasible), key=attrgetter("memory_bytes"))
-    out = ok + bad
-    return out[:n_best] if n_best else out
+    return ranked(out, n_best, global_batch, cluster.world)

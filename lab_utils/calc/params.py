@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import boolean, choice, instance, pos_int, text
+from lab_utils.calc._check import (boolean, choice, flop_rate, instance, megatron_run, pos_int,
+                                   pos_num, text)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def narayanan_param_count(n_layers: int, hidden: int, vocab_size: int = 51200,
     return 12 * l * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
 
 
-def gpt(name: str, n_layers: int, hidden: int, n_heads: int, vocab_size: int = 50257,
+def _gpt(name: str, n_layers: int, hidden: int, n_heads: int, vocab_size: int = 50257,
         seq_len: int = 2048) -> ModelConfig:
     """A GPT-2/3 style config: LayerNorm, biases, learned positions, tied head, 4h MLP."""
     return ModelConfig(vocab_size=vocab_size, hidden=hidden, n_layers=n_layers,
@@ -136,7 +137,7 @@ def gpt(name: str, n_layers: int, hidden: int, n_heads: int, vocab_size: int = 5
                        max_position=seq_len, bias=True, norm="layernorm", name=name)
 
 
-def llama(name: str, n_layers: int, hidden: int, n_heads: int, ffn_hidden: int,
+def _llama(name: str, n_layers: int, hidden: int, n_heads: int, ffn_hidden: int,
           n_kv_heads: int | None = None, vocab_size: int = 32000, seq_len: int = 4096,
           tied: bool = False) -> ModelConfig:
     """A Llama style config: RMSNorm, no biases, RoPE, SwiGLU (3 matrices), untied head."""
@@ -161,9 +162,14 @@ class MegatronRun:
     batch: int
     tflops_per_gpu: float
 
+    def __post_init__(self) -> None:
+        pos_num("MegatronRun.params_b", self.params_b)
+        megatron_run(self)
+        flop_rate("MegatronRun.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
+
     @property
     def config(self) -> ModelConfig:
-        return gpt(f"megatron-{self.params_b}b", self.n_layers, self.hidden, self.n_heads,
+        return _gpt(f"megatron-{self.params_b}b", self.n_layers, self.hidden, self.n_heads,
                    vocab_size=51200, seq_len=2048)
 
 
@@ -185,25 +191,25 @@ NARAYANAN_TABLE1: tuple[MegatronRun, ...] = (
 # Llama 3 (Meta 2024, "The Llama 3 Herd of Models", Table 3; 405B: 405,853,388,800 in the
 # released config), Llama 3.2 1B and 3B (released configs).
 PRESETS: dict[str, ModelConfig] = {
-    "gpt2-small": gpt("gpt2-small", 12, 768, 12, seq_len=1024),
-    "gpt2-medium": gpt("gpt2-medium", 24, 1024, 16, seq_len=1024),
-    "gpt2-large": gpt("gpt2-large", 36, 1280, 20, seq_len=1024),
-    "gpt2-xl": gpt("gpt2-xl", 48, 1600, 25, seq_len=1024),
-    "1b": gpt("1b", 18, 2048, 16),  # a round GPT-style 1.0B for quick labs (not a release)
-    "gpt3-175b": gpt("gpt3-175b", 96, 12288, 96),
-    "llama2-7b": llama("llama2-7b", 32, 4096, 32, 11008),
-    "llama2-13b": llama("llama2-13b", 40, 5120, 40, 13824),
-    "llama2-70b": llama("llama2-70b", 80, 8192, 64, 28672, n_kv_heads=8),
-    "llama3-8b": llama("llama3-8b", 32, 4096, 32, 14336, n_kv_heads=8, vocab_size=128256,
+    "gpt2-small": _gpt("gpt2-small", 12, 768, 12, seq_len=1024),
+    "gpt2-medium": _gpt("gpt2-medium", 24, 1024, 16, seq_len=1024),
+    "gpt2-large": _gpt("gpt2-large", 36, 1280, 20, seq_len=1024),
+    "gpt2-xl": _gpt("gpt2-xl", 48, 1600, 25, seq_len=1024),
+    "1b": _gpt("1b", 18, 2048, 16),  # a round GPT-style 1.0B for quick labs (not a release)
+    "gpt3-175b": _gpt("gpt3-175b", 96, 12288, 96),
+    "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 11008),
+    "llama2-13b": _llama("llama2-13b", 40, 5120, 40, 13824),
+    "llama2-70b": _llama("llama2-70b", 80, 8192, 64, 28672, n_kv_heads=8),
+    "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 14336, n_kv_heads=8, vocab_size=128256,
                        seq_len=8192),
-    "llama3-70b": llama("llama3-70b", 80, 8192, 64, 28672, n_kv_heads=8, vocab_size=128256,
+    "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 28672, n_kv_heads=8, vocab_size=128256,
                         seq_len=8192),
-    "llama3.2-1b": llama("llama3.2-1b", 16, 2048, 32, 8192, n_kv_heads=8, vocab_size=128256,
+    "llama3.2-1b": _llama("llama3.2-1b", 16, 2048, 32, 8192, n_kv_heads=8, vocab_size=128256,
                          seq_len=8192, tied=True),
-    "llama3.2-3b": llama("llama3.2-3b", 28, 3072, 24, 8192, n_kv_heads=8, vocab_size=128256,
+    "llama3.2-3b": _llama("llama3.2-3b", 28, 3072, 24, 8192, n_kv_heads=8, vocab_size=128256,
                          seq_len=8192, tied=True),
     # Llama 3.1 keeps Llama 3's shapes with a 128K context (RoPE: no extra parameters).
-    "llama3.1-405b": llama("llama3.1-405b", 126, 16384, 128, 53248, n_kv_heads=8,
+    "llama3.1-405b": _llama("llama3.1-405b", 126, 16384, 128, 53248, n_kv_heads=8,
                            vocab_size=128256, seq_len=131072),
 }
 PRESETS.update({f"megatron-{r.params_b}b": r.config for r in NARAYANAN_TABLE1})

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, index, pos_int, pos_num
+from lab_utils.calc._check import (backward_split, choice, index, interleaved_shape, one_chunk,
+                                   pos_int, pos_num)
 from lab_utils.calc.pipeline_sim import Event, Schedule, schedule  # noqa: F401 (re-export)
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v")
@@ -41,39 +42,18 @@ class Bubble:
     of_total: float
 
 
-def split_backward(t_b: float, t_w: float | None) -> float:
-    """T_W of a zero-bubble schedule: ``t_w`` checked against ``t_b`` (default t_b / 2)."""
-    t_w = t_b / 2 if t_w is None else pos_num("t_w", t_w)
-    if not t_w < t_b:
-        raise ValueError(f"t_w={t_w} must be smaller than t_b={t_b}: t_b is the whole backward, "
-                         "t_w its weight-gradient part")
-    return t_w
-
-
-def check_interleaved(p: int, m: int, v: int) -> None:
-    """Megatron's interleaved schedule needs m % p == 0 and v >= 2 chunks per rank."""
-    if m % p:
-        raise ValueError(f"the interleaved schedule needs the number of micro-batches m={m} to "
-                         f"be a multiple of p={p} (Narayanan et al. 2021); use m = "
-                         f"{(m // p + 1) * p} or another multiple of {p}")
-    if v < 2:
-        raise ValueError("the interleaved schedule needs v >= 2 model chunks per rank "
-                         "(v=1 is plain 1F1B: use schedule '1f1b')")
-
-
 def _inputs(name: str, p: object, m: object, v: object) -> tuple[int, int, int]:
     """Shared checks: the schedule name, p, m, and v (chunks: interleaved >= 2, zb-v 2)."""
     choice("schedule", name, SCHEDULES)
     p, m, v = pos_int("p", p), pos_int("m", m), pos_int("v", v)
     if name == "interleaved":
-        check_interleaved(p, m, v)
+        interleaved_shape(p, m, v)
     elif name == "zb-v":
         if v not in (1, 2):
             raise ValueError(f"ZB-V always places 2 chunks per rank in a V (Qi et al. 2023); "
                              f"leave v at 1 or pass v=2, got v={v}")
-    elif v != 1:
-        raise ValueError(f"v={v} model chunks only applies to the 'interleaved' schedule; "
-                         "use v=1")
+    else:
+        one_chunk(v)
     return p, m, v
 
 
@@ -103,7 +83,7 @@ def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: flo
                              f"leave it out for {schedule!r}")
         idle = (p - 1) * (t_f + t_b) / (v if schedule == "interleaved" else 1)
     elif schedule == "zb-v":
-        w = split_backward(t_b, t_w)
+        w = backward_split(t_b, t_w)
         if abs(t_f - (t_b - w)) > 1e-9 * t_f or abs(w - (t_b - w)) > 1e-9 * t_f:
             raise ValueError(f"ZB-V's bubble is known in closed form only for equal F, B and W "
                              f"times (then it is 0; Qi et al. 2023); got t_f={t_f:g}, "
@@ -111,7 +91,7 @@ def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: flo
                              "simulate the schedule")
         idle = 0.0
     else:
-        w = split_backward(t_b, t_w)
+        w = backward_split(t_b, t_w)
         n_w = 1 if schedule == "zb-h1" else 2
         idle = max(0.0, (p - 1) * (t_f + (t_b - w) - n_w * w))
     return Bubble(schedule, idle / ideal, idle / (idle + ideal))

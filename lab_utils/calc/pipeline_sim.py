@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, nonneg_int, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import (backward_split, choice, interleaved_shape, nonneg_int,
+                                   nonneg_num, one_chunk, pos_int, pos_num)
 
 # A simulation is list scheduling over p*m*v*3 operations (quadratic in p); beyond this many a
 # figure is unreadable and the call would take minutes.
@@ -101,16 +102,6 @@ def _dep(kind: str, mb: int, vs: int, n_virtual: int) -> tuple[str, int, int] | 
     return ("B", mb, vs + 1) if vs < n_virtual - 1 else ("F", mb, vs)
 
 
-def _split_times(t_b: float, t_w: float | None) -> float:
-    from lab_utils.calc.pipeline import split_backward
-    return split_backward(t_b, t_w)
-
-
-def _check_interleaved(p: int, m: int, v: int) -> None:
-    from lab_utils.calc.pipeline import check_interleaved
-    check_interleaved(p, m, v)
-
-
 def schedule(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
              t_w: float | None = None) -> Schedule:
     """Simulate the ideal timeline of a pipeline schedule (no communication time).
@@ -130,16 +121,15 @@ def schedule(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float
     p, m, v = pos_int("p", p), pos_int("m", m), pos_int("v", v)
     t_f, t_b = pos_num("t_f", t_f), pos_num("t_b", t_b)
     if name == "interleaved":
-        _check_interleaved(p, m, v)
-    elif v != 1:
-        raise ValueError(f"v={v} model chunks only applies to the 'interleaved' schedule; "
-                         "use v=1")
+        interleaved_shape(p, m, v)
+    else:
+        one_chunk(v)
     if p * m * v * 3 > MAX_OPS:
         raise ValueError(f"p*m*v = {p * m * v} micro-batch chunks is too many to simulate "
                          f"(keep p*m*v <= {MAX_OPS // 3}); the closed forms in calc.pipeline "
                          "(bubble, peak_in_flight) answer for any size")
     split = name == "zb-h1"
-    w_time = _split_times(t_b, t_w) if split else 0.0
+    w_time = backward_split(t_b, t_w) if split else 0.0
     if not split and t_w is not None:
         raise ValueError(f"t_w only applies to the zero-bubble schedule 'zb-h1' (B and W "
                          f"split); leave it out for {name!r}")

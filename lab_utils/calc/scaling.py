@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import (fraction, line_fit, nonneg_int, nonneg_num, pos_int, pos_num,
-                                   sequence)
+from lab_utils.calc._check import (flop_rate, fraction, nonneg_int, nonneg_num, pos_int,
+                                   pos_num, sequence)
+from lab_utils.calc._line_fit import line_fit
 
 
 def amdahl_speedup(serial_fraction: float, n: int) -> float:
@@ -105,7 +106,7 @@ def mfu(n_params: float, tokens_per_s: float, n_devices: int, peak_flops: float,
     """
     num = flops_per_token(n_params, n_layers, seq_len, hidden) * nonneg_num("tokens_per_s",
                                                                            tokens_per_s)
-    value = num / (pos_int("n_devices", n_devices) * pos_num("peak_flops", peak_flops))
+    value = num / (pos_int("n_devices", n_devices) * flop_rate("peak_flops", peak_flops))
     if value > 1:
         raise ValueError(f"MFU = {value:.3g} ({value:.3g}x the peak) is above 100%, which no "
                          "hardware achieves: check the units of tokens_per_s (tokens per second "

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import choice, fraction, nonneg_num, pos_int, pos_num
+from lab_utils.calc._check import (choice, fields, flop_rate, fraction, nonneg_num, pos_int,
+                                   pos_num, text)
 from lab_utils.calc.activations import RECOMPUTE
 
 # FLOPs per parameter per token: the 6P rule, plus one forward (2P) with full recomputation.
@@ -73,7 +74,7 @@ def time_to_train(n_params: float, n_tokens: float, n_gpus: int,
     choice("recompute", recompute, RECOMPUTE)
     price = nonneg_num("price_per_gpu_hour", price_per_gpu_hour)
     c = FLOPS_PER_PARAM_TOKEN[recompute]
-    peak = None if peak_flops is None else pos_num("peak_flops", peak_flops)
+    peak = None if peak_flops is None else flop_rate("peak_flops", peak_flops)
     if (flops_per_gpu is None) == (mfu is None):
         raise ValueError("give exactly one throughput: flops_per_gpu (achieved FLOP/s per GPU) "
                          "or mfu (a fraction, with peak_flops)")
@@ -91,7 +92,7 @@ def time_to_train(n_params: float, n_tokens: float, n_gpus: int,
                              f"below {6 / c:g}")
         seconds = 6 * t * p / (n * peak * u)
         return TrainingTime(p, t, n, c * t * p, seconds, u, hfu, price)
-    x = pos_num("flops_per_gpu", flops_per_gpu)
+    x = flop_rate("flops_per_gpu", flops_per_gpu)
     hfu_x = None
     if peak is not None:
         hfu_x = x / peak
@@ -112,7 +113,7 @@ def mfu_from_gpu_hours(n_params: float, n_tokens: float, gpu_hours: float,
     peak: 34.6% (their matmuls ran in FP8, whose peak is twice as high). Lab 09, lab 10.
     """
     work = 6 * pos_num("n_params", n_params) * pos_num("n_tokens", n_tokens)
-    capacity = pos_num("gpu_hours", gpu_hours) * 3600 * pos_num("peak_flops", peak_flops)
+    capacity = pos_num("gpu_hours", gpu_hours) * 3600 * flop_rate("peak_flops", peak_flops)
     value = work / capacity
     if value > 1:
         raise ValueError(f"MFU = {value:.3g} is above 100%: the GPU-hours cannot hold that "
@@ -130,6 +131,16 @@ class NarayananEstimate:
     n_gpus: int
     tflops_per_gpu: float
     printed_days: int
+
+    def __post_init__(self) -> None:
+        text("NarayananEstimate.model", self.model)
+        fields(self, pos_num, ("n_params", "n_tokens"))
+        pos_int("NarayananEstimate.n_gpus", self.n_gpus)
+        flop_rate("NarayananEstimate.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
+        if self.tflops_per_gpu > 312:
+            raise ValueError(f"NarayananEstimate.tflops_per_gpu={self.tflops_per_gpu:g} exceeds "
+                             "the A100's 312 TFLOP/s peak that the paper's runs used")
+        pos_int("NarayananEstimate.printed_days", self.printed_days)
 
     def estimate(self) -> TrainingTime:
         """Their 8TP/(nX) (full recomputation) with our calculator."""

@@ -4,8 +4,8 @@ The learner writes fn(bucket, param) -> None, which BucketDDP calls from param's
 post-accumulate-grad hook, during backward, as soon as param.grad is final:
   1. flatten: copy param.grad into its slot of the bucket's flat buffer (bucket.grad_view(param)),
   2. count it (bucket.num_ready),
-  3. when it is the bucket's LAST gradient: divide the buffer by bucket.world_size (gloo has no
-     AVG) and launch ONE async all-reduce of the buffer, keeping the handle in bucket.work.
+  3. when it is the bucket's LAST gradient: divide the buffer by bucket.world_size (or reduce
+     with ReduceOp.AVG, which gloo has too) and launch ONE async all-reduce of the buffer, keeping the handle in bucket.work.
 BucketDDP.finish_gradient_synchronization then waits on every handle and copies back (unflatten).
 
 The check trains a ToyMLP for two steps in two configurations that separate right from

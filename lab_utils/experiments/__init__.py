@@ -16,7 +16,8 @@ main one's names (``lab04.train_step``), so a notebook imports ``labNN`` either 
                    (checkpointing, large-batch SGD)
     lab03.py       every collective's before / after, the ring's bytes per phase, timings
     lab04/         ddp (sections 1-4 of data parallelism), details (5-8: buffers, SyncBatchNorm,
-                   no_sync, sampler, communication hooks, asynchronous SGD)
+                   no_sync, sampler, communication hooks, asynchronous SGD), local_sgd (8b: local
+                   SGD and DiLoCo against every-step all-reduce)
     lab05/         sharding (DDP, ZeRO-1/2, FSDP, fully_shard; unit timelines; mixed precision),
                    practice (accumulation, meta-device init, clipping, HSDP)
     lab06/         tp (TP layers and TinyGPT vs one process, bytes, activations), drills (DTensor,

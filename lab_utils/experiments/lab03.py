@@ -7,6 +7,8 @@
     ring_trace(ctx)                        which ranks' contributions each chunk holds, step by step
     wire_per_collective(ctx)               every collective: bytes sent by formula, ledger and wire
     who_sends_to_whom(ctx)                 rank x rank matrix of wire bytes, ring vs gloo all-reduce
+    hierarchical_bytes(ctx, g)             bytes per rank of each phase of the hierarchical
+                                           all-reduce (nodes of g ranks) and of the flat ring
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lab_utils.parallel import collectives as C
 from lab_utils.parallel.collectives import IMPLEMENTATIONS, ring_all_gather, ring_reduce_scatter
 
 def time_all_reduce(ctx: Any, sizes_bytes: list[int], impls: tuple[str, ...] = ("gloo", "ring"),
@@ -281,3 +284,30 @@ def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
     if not torch.equal(x, y):
         raise AssertionError("the traced schedule differs from ring_all_reduce's result")
     return RingTrace(n, steps) if r == 0 else None
+
+
+def hierarchical_bytes(ctx: Any, gpus_per_node: int, numel: int = 4096) -> dict[str, Any]:
+    """Bytes this rank sends in each phase of ``hierarchical_all_reduce`` (ranks grouped in
+    "nodes" of ``gpus_per_node``), and in a flat ring over every rank; both checked against
+    dist.all_reduce. On one machine every link is loopback: the NODES are a labelling."""
+    from lab_utils.measure import CommLedger
+    intra, inter = C.node_groups(gpus_per_node)
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(ctx.rank))
+    want = x.clone()
+    dist.all_reduce(want)
+    out: dict[str, Any] = {}
+    hier, flat = x.clone(), x.clone()
+    with CommLedger() as led:
+        chunk = C.ring_reduce_scatter(hier, intra)
+    out["intra-node reduce-scatter"] = led.bytes_sent()
+    with CommLedger() as led:
+        C.ring_all_reduce(chunk, inter)
+    out["inter-node all-reduce"] = led.bytes_sent()
+    with CommLedger() as led:
+        C.ring_all_gather(hier, intra)
+    out["intra-node all-gather"] = led.bytes_sent()
+    with CommLedger() as led:
+        C.ring_all_reduce(flat)
+    out["flat ring"] = led.bytes_sent()
+    out["correct"] = torch.allclose(hier, want, atol=1e-5) and torch.allclose(flat, want, atol=1e-5)
+    return out

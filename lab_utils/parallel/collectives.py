@@ -12,6 +12,11 @@ carries one chunk per step in each step, all links at once.
                          (2(N-1) messages in sequence) grows LINEARLY with N.
     parameter_server_all_reduce  every worker sends D to rank 0, which sums and sends D back:
                          rank 0 sends (N-1) * D, a bottleneck that grows with N.
+    hierarchical_all_reduce  M nodes of G ranks: ring reduce-scatter inside the node, ring
+                         all-reduce of the 1/G chunk across nodes (the ranks with the same local
+                         index), ring all-gather inside the node. Per rank 2(G-1)/G * D on the
+                         fast intra-node link and only 2(M-1)/M * D/G on the network, where a flat
+                         ring spanning nodes pushes 2(N-1)/N * D over its slowest (network) hop.
 
 Each step posts the send and the receive together (isend + irecv, then wait for both): with
 blocking send/recv every rank would wait in send for a neighbour that is itself sending.
@@ -115,6 +120,29 @@ def parameter_server_all_reduce(tensor: torch.Tensor, group: Any = None,
     for req in reqs:
         req.wait()
     return tensor
+
+
+def node_groups(gpus_per_node: int) -> tuple[Any, Any]:
+    """(intra-node group, inter-node group) of this rank over the default group, ranks
+    numbered node-major (rank = node * G + local). Collective: every rank creates every group,
+    in the same order. A node holds G ranks; the inter-node group joins equal local indices."""
+    n, r = dist.get_world_size(), dist.get_rank()
+    if gpus_per_node < 1 or n % gpus_per_node:
+        raise ValueError(f"gpus_per_node={gpus_per_node} must divide the world size {n}")
+    nodes = n // gpus_per_node
+    intra = [dist.new_group(list(range(m * gpus_per_node, (m + 1) * gpus_per_node)))
+             for m in range(nodes)]
+    inter = [dist.new_group(list(range(i, n, gpus_per_node))) for i in range(gpus_per_node)]
+    return intra[r // gpus_per_node], inter[r % gpus_per_node]
+
+
+def hierarchical_all_reduce(tensor: torch.Tensor, intra: Any, inter: Any) -> torch.Tensor:
+    """Sum ``tensor`` over every rank in place, in three phases (groups from ``node_groups``):
+    reduce-scatter inside the node (rank with local index i ends with the node's sum of chunk
+    i), all-reduce of that chunk across nodes, all-gather inside the node. Only isend/irecv."""
+    chunk = ring_reduce_scatter(tensor, intra)  # a view into tensor: the node's sum of chunk i
+    ring_all_reduce(chunk, inter)  # the same chunk index on every node: the global sum
+    return ring_all_gather(tensor, intra)
 
 
 IMPLEMENTATIONS: dict[str, Callable] = {

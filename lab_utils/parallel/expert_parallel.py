@@ -84,7 +84,8 @@ def load_balancing_loss(probs: torch.Tensor, expert_idx: torch.Tensor) -> torch.
     """Switch Transformer's auxiliary loss, E * sum_e f_e P_e (Fedus et al. 2021, eq. 4-6).
 
     f_e counts the assignments (before dropping) and carries no gradient; P_e does. Equals 1
-    for a perfectly even router, E when one expert takes everything with probability 1.
+    for a perfectly even router; with top-k (k distinct experts per token, so f_e <= 1/k) at
+    most E/k, reached when the router concentrates on k experts (E only with top-1).
     """
     E = probs.shape[-1]
     f = torch.bincount(expert_idx.reshape(-1), minlength=E).float() / expert_idx.numel()

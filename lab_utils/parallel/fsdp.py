@@ -81,18 +81,25 @@ class FSDP(nn.Module):
     the parameters no other unit took. reshard_after_forward=False keeps non-root units gathered
     from forward to backward (ZeRO-2's traffic). prefetch: issue the next unit's all-gather
     (async) before the current unit computes, in forward and backward.
+    replicate: parameters NOT worth sharding (small norm weights and biases): a function
+    (name, parameter) -> bool or a collection of names. They stay whole on every rank, as in
+    DDP, and their gradients are all-reduced (averaged) in one collective at the end of
+    backward. torch's ``fully_shard(..., ignored_params=...)`` also leaves them whole but
+    neither casts nor reduces them: that all-reduce is the user's (lab 05).
     """
 
     def __init__(self, model: nn.Module, group: Any = None, policy: Any = None,
                  mp: MixedPrecision = MixedPrecision(), reshard_after_forward: bool = True,
-                 prefetch: bool = False, hooks: type = UnitHooks) -> None:
+                 prefetch: bool = False, hooks: type = UnitHooks, replicate: Any = ()) -> None:
         super().__init__()
         check_model(model)
         self.module, self.hooks, self.prefetch, self.sync = model, hooks, prefetch, True
         self.group = group  # None: the default group, never held (data_parallel's docstring)
         self.world, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
+        self.replicated = _replicated(model, replicate, mp)
         self.units = build_units(model, policy, self.world, self.rank, mp.param_dtype,
-                                 mp.reduce_dtype, reshard_after_forward)
+                                 mp.reduce_dtype, reshard_after_forward,
+                                 frozenset(id(p) for p in self.replicated.values()))
         self.root = self.units[0]
         self.cast_inputs = self.root.param_dtype != next(iter(self.parameters())).dtype
         WRAPPED.add(model)
@@ -191,6 +198,12 @@ class FSDP(nn.Module):
     def _finish_backward(self) -> None:
         """End of backward: units whose input needs no gradient (the root, a first layer
         reading data) are reduced now; anything still gathered or in flight is freed."""
+        if self.sync and any(p.grad is not None for p in self.replicated.values()):
+            grads = [p.grad for p in self.replicated.values() if p.grad is not None]
+            flat = torch.cat([g.reshape(-1) for g in grads])  # one all-reduce for all of them
+            dist.all_reduce(flat, op=AVG, group=self.group)
+            for g, avg in zip(grads, flat.split([g.numel() for g in grads])):
+                g.copy_(avg.view_as(g))
         for unit in self.units:
             if unit.in_backward and not unit.reduced:
                 self._post_backward(unit)
@@ -212,19 +225,45 @@ class FSDP(nn.Module):
             dist.all_gather_single(recv, send, group=self.group)
             for p, value in zip(unit.params, unit.split_gathered(recv)):
                 out.update({name: value.clone() for name in p.names})
+        out.update({k: p.detach().clone() for k, p in self.replicated.items()})
         out.update({k: b.detach().clone() for k, b in self.module.named_buffers()})
         return out
 
 
-def clip_grad_norm_(parameters: Any, max_norm: float, group: Any = None) -> torch.Tensor:
+def _replicated(model: nn.Module, replicate: Any, mp: MixedPrecision) -> dict[str, nn.Parameter]:
+    """name -> parameter for the parameters FSDP keeps whole (see FSDP's ``replicate``)."""
+    named = dict(model.named_parameters())
+    if callable(replicate):
+        chosen = {n: p for n, p in named.items() if replicate(n, p)}
+    else:
+        unknown = sorted(set(replicate) - set(named))
+        if unknown:
+            raise ValueError(f"replicate names {unknown}: not parameters of "
+                             f"{type(model).__name__} (e.g. {sorted(named)[:3]})")
+        chosen = {n: named[n] for n in replicate}
+    dtypes = {p.dtype for p in named.values()}
+    if chosen and mp.param_dtype is not None and {mp.param_dtype} != dtypes:
+        raise ValueError("replicate= with mixed precision: the replicated parameters would stay "
+                         f"in {sorted(map(str, dtypes))} while the units compute in "
+                         f"{mp.param_dtype}; use one or the other")
+    return chosen
+
+
+def clip_grad_norm_(parameters: Any, max_norm: float, group: Any = None,
+                    replicated: Any = ()) -> torch.Tensor:
     """Clip SHARDED gradients by the global norm. Each rank holds 1/K of every gradient, so the
     squares are summed over ranks (one all-reduce of 4 bytes; padding adds zeros). torch's
-    clip_grad_norm_ on these plain-tensor shards would see this rank's part only."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    squares = torch.stack([g.float().pow(2).sum() for g in grads]).sum() if grads else \
-        torch.zeros(())
+    clip_grad_norm_ on these plain-tensor shards would see this rank's part only. Parameters in
+    ``replicated`` (an FSDP's ``replicated.values()``) are whole on every rank: counted once."""
+    whole = {id(p) for p in replicated}
+    params = [p for p in parameters if p.grad is not None]
+    def sq(ps):
+        return torch.stack([p.grad.float().pow(2).sum() for p in ps]).sum() if ps else \
+            torch.zeros(())
+    squares = sq([p for p in params if id(p) not in whole])
     dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
-    total = squares.sqrt()
+    total = (squares + sq([p for p in params if id(p) in whole])).sqrt()
+    grads = [p.grad for p in params]
     scale = (max_norm / (total + 1e-6)).clamp(max=1.0)  # torch's rule
     for g in grads:
         g.mul_(scale.to(g.dtype))

@@ -159,9 +159,10 @@ def _select(model: nn.Module, policy: Any) -> list[tuple[str, nn.Module]]:
 
 def build_units(model: nn.Module, policy: Any, world: int, rank: int,
                 param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None,
-                reshard: bool) -> list[Unit]:
+                reshard: bool, keep: frozenset[int] = frozenset()) -> list[Unit]:
     """Units in forward order, the root first. A parameter joins the innermost unit around
-    the module(s) holding it; a weight tied across two units is refused."""
+    the module(s) holding it; a weight tied across two units is refused. Parameters whose id
+    is in ``keep`` join no unit: they stay whole in the model (replicated)."""
     chosen = [("root", model)] + _select(model, policy)
     unit_of = {}  # module -> the innermost chosen unit around it (pre-order: inner ones last)
     for name, module in chosen:
@@ -175,6 +176,8 @@ def build_units(model: nn.Module, policy: Any, world: int, rank: int,
     members: dict[str, list[ShardedParam]] = {name: [] for name, _ in chosen}
     param_dtype = param_dtype or next(model.parameters()).dtype
     for p, where in owners.values():
+        if id(p) in keep:
+            continue
         names = [f"{fqn[id(m)]}.{attr}".lstrip(".") for m, attr in where]
         units = {unit_of[id(m)] for m, _ in where}
         if len(units) > 1:

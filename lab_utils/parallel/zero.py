@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_utils.calc._check import int_choice
+from lab_utils.calc import zero_stage
 from lab_utils.parallel.backward_tls import without_autograd_context
 from lab_utils.reference import make_optimizer
 
@@ -64,9 +64,9 @@ def zero1_step(flat_param: torch.Tensor, flat_grad: torch.Tensor, shard: nn.Para
 
 
 def check_stage(stage: Any) -> int:
-    """A ZeRO stage for this optimizer-side family: the calculators' one check (calc._check),
-    and a pointer to FSDP for stage 3."""
-    stage = int_choice("zero_stage", stage, (0, 1, 2, 3), "0 = plain DDP")
+    """A ZeRO stage for this optimizer-side family: the calculators' one check
+    (``calc.zero_stage``), and a pointer to FSDP for stage 3."""
+    stage = zero_stage(stage)
     if stage == 3:
         raise ValueError("ZeRO-3 shards the weights too, so it must wrap the model's forward and "
                          "backward: use lab_utils.parallel.fsdp.FSDP(model, group) and any torch "

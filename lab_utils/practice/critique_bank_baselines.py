@@ -87,10 +87,11 @@ def bf16_small_grads() -> Critique:
            "bits (subnormals) and then flushes to zero, hence loss scaling."),
          S("The real danger is the update: lr x grad can be smaller than the smallest "
            "half-precision number, so it rounds to zero unless the weights are kept in fp32.",
-           True, f"An update is lost when it is below half the gap between neighbouring numbers "
-                 f"near the WEIGHT: near 1.0 that gap is {at_one} in bf16, so an update of 1e-3 "
-                 f"vanishes although it is {1e-3 / BF16_MIN:.1e} times the smallest bf16 "
-                 "number (Micikevicius et al. 2018, Sec. 3.1)."),
+           True, f"Wrong for bf16, the format in question; right for fp16, where an update "
+                 f"below 2^-24 is 0 (Micikevicius et al. 2018, Sec. 3.1 gives both reasons). In "
+                 f"bf16 an update is lost when it is below half the gap between neighbouring "
+                 f"numbers near the WEIGHT: near 1.0 that gap is {at_one}, so an update of 1e-3 "
+                 f"vanishes although it is {1e-3 / BF16_MIN:.1e} times the smallest bf16 number."),
          S("fp32 master weights (and fp32 accumulation of gradients) keep those small updates.",
            False, "Right: what mixed precision does."),),
         (fix("bf16-small-grads", 0, "Gap between 0.00012 and the next larger bf16 number, as % "

@@ -48,7 +48,8 @@ def zero2_comm() -> Critique:
         (fix("zero2-halves-comm", 0, "Bytes a ZeRO-2 rank sends per step, as a multiple of DDP's",
              ratio, "x", "reduce-scatter (N-1)/N P + all-gather (N-1)/N P = 2(N-1)/N P: 1x.",
              (0.5, "the all-gather of the updated parameters is missing.")),),
-        "ZeRO-1/2 save memory at no extra communication; only ZeRO-3 costs more (1.5x).")
+        "ZeRO-1/2 send DDP's bytes per step without accumulation; with A accumulation "
+        "micro-batches ZeRO-2 sends (A+1)/2 x DDP with no_sync (ZeRO-1 stays at 1x); ZeRO-3 1.5x.")
 
 
 def zero_formulas() -> Critique:

@@ -78,7 +78,8 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
         found.append(f"{unstripped} code cell(s) keep outputs: run `make strip`")
     if nb.metadata.get("kernelspec", {}).get("name") != "python3":
         found.append("kernelspec name must be 'python3'")
-    return found
+    from lab_utils.tools.giveaways import given_away
+    return found + given_away(nb)
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,8 @@ from typing import Any
 from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import (GB, GiB, PRESETS, RECIPES, ModelConfig, activation_memory,
                             model_state_memory, param_count)
-from lab_utils.calc._check import boolean, choice, divides, int_choice, number, pos_int
+from lab_utils.calc import ZERO_STAGES, zero_stage
+from lab_utils.calc._check import boolean, choice, divides, number, pos_int
 from lab_utils.calc.activations import RECOMPUTE
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import checkbox, dropdown, float_text, int_text
@@ -83,7 +84,7 @@ def validate(values: dict[str, Any]) -> MemoryState:
     for name in ("dp", "tp", "pp", "micro_batch", "seq_len"):
         pos_int(name, values[name])
     choice("recipe", values["recipe"], list(RECIPES))
-    int_choice("zero_stage", values["zero_stage"], (0, 1, 2, 3), "0 = plain DDP")
+    zero_stage(values["zero_stage"])
     choice("recompute", values["recompute"], RECOMPUTE)
     divides("tp", values["tp"], "n_heads", cfg.n_heads,
             f"each tensor-parallel rank must own whole attention heads of {cfg.name}")
@@ -122,7 +123,7 @@ def breakdown(st: MemoryState, zero_stage: int) -> dict[str, float]:
 
 def figure_spec(st: MemoryState) -> Spec:
     """Stacked bars (one per ZeRO stage, or just the chosen one) and the capacity line."""
-    stages = (0, 1, 2, 3) if st.compare else (st.zero_stage,)
+    stages = ZERO_STAGES if st.compare else (st.zero_stage,)
     names = [STAGE_NAMES[s] for s in stages]
     parts = [breakdown(st, s) for s in stages]
     scale = UNITS[st.unit]

@@ -4,10 +4,13 @@
                  uneven shards, exactness, bytes per step, a step's timeline, step times
     details.py   sections 5-8: buffers, SyncBatchNorm, no_sync accumulation, DistributedSampler,
                  torch DDP's communication hooks, asynchronous SGD
+    local_sgd.py section 8b: synchronise less often, local SGD and DiLoCo against every-step
+                 all-reduce (held-out loss, bytes sent)
 
-The names of ddp.py are importable from here (``lab04.train_step``); details.py is its own
-module (``from lab_utils.experiments.lab04 import details``). Shared rank helpers (this rank's
-batches, the mean over ranks, SGD written out): ``lab_utils/experiments/common.py``.
+The names of ddp.py are importable from here (``lab04.train_step``); details.py and local_sgd.py
+are modules of their own (``from lab_utils.experiments.lab04 import details, local_sgd``).
+Shared rank helpers (this rank's batches, the mean over ranks, SGD written out):
+``lab_utils/experiments/common.py``.
 """
 from lab_utils.experiments.lab04.ddp import (IMPLS, LR, DDPRun, SweepPoint, bytes_per_step,
                                              exactness, make_ddp, overlap_fraction, step_timeline,

@@ -114,7 +114,7 @@ def practitioner(ctx: Any, cfg: GPTConfig, global_batch: int, steps: int = 2) ->
     from torch.distributed.fsdp import fully_shard
     batches = token_batches(steps, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)
     x, y = shard_for_rank(batches[0], ctx.rank, ctx.world_size)
-    # 1. meta-device init: no rank ever holds the whole model
+    # 1. meta-device init: no GPU holds the whole model (rank 0's host holds its state dict)
     with torch.device("meta"):
         model = TinyGPT(cfg, seed=0)
     for block in model.blocks:

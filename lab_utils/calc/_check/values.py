@@ -1,19 +1,7 @@
-"""The ONE way calculators and widgets check their inputs (issue 21, "inputs that cannot lie").
+"""Is ONE value valid: types, ranges, choices, sequences, units, and what a number box typed.
 
-Every public function of ``lab_utils.calc`` passes each argument through a function of this
-module before using it, and every widget parses what the learner typed with ``parse_number``
-and then runs the same checks. Each check returns the clean value or raises ``ValueError``
-whose message says WHAT is wrong (the argument's name, the value, what was expected) and HOW
-to fix it. Python's own coercions are refused on purpose, because each one hides a mistake:
-
-    True for an int         bool is a subclass of int: zero_stage=True would mean stage 1
-    2.0 for an int          a float count usually comes from a division that should not happen
-    'no' for a bool         any non-empty string is truthy: offload_optimizer='no' means yes
-    '2' for a number        a string from a text box or a config file, not yet converted
-    NaN, inf, 10**400       NaN passes every comparison test as False; 10**400 overflows float
-
-``tests/test_calc_validation.py`` feeds random bad values (hypothesis) to every function in
-``calc.__all__`` and accepts nothing but a ValueError naming the argument.
+Each check returns the clean value or raises ``ValueError`` naming the argument, the value,
+what was expected and how to fix it (see the package docstring for the coercions refused).
 """
 from __future__ import annotations
 
@@ -196,27 +184,61 @@ def sequence(name: str, value: object, each: Callable[[str, object], Any],
     return [each(f"each value in {name}", v) for v in value]  # type: ignore[union-attr]
 
 
-def divides(small_name: str, small: int, big_name: str, big: int, why: str) -> None:
-    """``small`` must divide ``big``; the message lists the divisors to choose from."""
-    if small > big:
-        raise ValueError(f"{small_name}={small} exceeds {big_name}={big}: {why}; use "
-                         f"{small_name} <= {big}")
-    if big % small:
-        divs = [d for d in range(1, min(big, 10**6) + 1) if big % d == 0][:12]
-        raise ValueError(f"{small_name}={small} does not divide {big_name}={big}: {why}; use "
-                         f"a divisor of {big} such as {', '.join(map(str, divs))}")
+def fields(record: object, check: Callable[[str, object], Any], names: Iterable[str]) -> None:
+    """``check`` each named field of a record; messages name it "Class.field"."""
+    owner = type(record).__name__
+    for n in names:
+        check(f"{owner}.{n}", getattr(record, n))
 
 
-def heads_and_tp(hidden: int, n_heads: int, tp: int, n_kv_heads: int | None = None) -> None:
-    """Tensor parallelism splits attention by heads: heads | hidden, tp | heads (Megatron,
-    Shoeybi et al. 2019) and, with grouped-query attention, tp | K/V heads."""
-    divides("n_heads", n_heads, "hidden", hidden, "each head gets hidden/n_heads dimensions")
-    divides("tp", tp, "n_heads", n_heads,
-            "each tensor-parallel rank must own whole attention heads")
-    if n_kv_heads is not None:
-        divides("tp", tp, "n_kv_heads", n_kv_heads,
-                "with grouped-query attention each tensor-parallel rank must own whole "
-                "key/value heads (Megatron-LM requires n_kv_heads % tp == 0)")
+ZERO_STAGES = (0, 1, 2, 3)  # 0 = plain DDP; 1 shards optimizer state, 2 + gradients, 3 + weights
+
+
+def zero_stage(stage: object) -> int:
+    """A ZeRO stage 0..3 (Rajbhandari et al. 2020): THE check, used by every calculator,
+    widget and technique that takes a stage (``calc.zero_stage``). Labs 01, 05, 08, 09, 12."""
+    return int_choice("zero_stage", stage, ZERO_STAGES,
+                      "0 = plain DDP, 1 = optimizer state sharded, 2 = + gradients, "
+                      "3 = + weights")
+
+
+def flop_rate(name: str, value: object, unit: str = "FLOP/s") -> float:
+    """A compute rate per GPU, in ``unit`` ("FLOP/s" or "TFLOP/s"), that a real accelerator
+    could run at: 1 GFLOP/s to 100 PFLOP/s. Outside that range the unit is almost surely
+    wrong (140 given as FLOP/s means 140 TFLOP/s), and the message says so."""
+    v = pos_num(name, value)
+    flops = v * (1e12 if unit == "TFLOP/s" else 1.0)
+    if flops < 1e9:
+        fix = (f"it looks like TFLOP/s: {name} is in FLOP/s, so write {v:g}e12 for {v:g} "
+               "TFLOP/s" if unit == "FLOP/s" else "check the unit")
+        raise ValueError(f"{name}={v:g} {unit} is below 1 GFLOP/s, slower than any "
+                         f"accelerator; {fix}")
+    if flops > 1e17:
+        fix = (f"it looks like FLOP/s: {name} is in TFLOP/s, so write {v / 1e12:g} for "
+               f"{v:g} FLOP/s" if unit == "TFLOP/s" else "check for a typo")
+        raise ValueError(f"{name}={v:g} {unit} is above 100 PFLOP/s per GPU, faster than any "
+                         f"accelerator; {fix}")
+    return v
+
+
+def _not_giga(name: str, value: object, floor: float, unit: str, below: str) -> float:
+    """A positive size or rate in ``unit``; under ``floor`` it was typed in giga-units."""
+    v = pos_num(name, value)
+    if v < floor:
+        giga = unit.replace("bytes", "GB")
+        raise ValueError(f"{name}={v:g} {unit} is below {below}; it looks like {giga}: {name} "
+                         f"is in {unit}, so write {v:g}e9 for {v:g} {giga}")
+    return v
+
+
+def byte_count(name: str, value: object) -> float:
+    """A device's memory in bytes; below 1 MB it is a size typed in GB."""
+    return _not_giga(name, value, 1e6, "bytes", "1 MB, smaller than any accelerator's memory")
+
+
+def byte_rate(name: str, value: object) -> float:
+    """A link or memory bandwidth in bytes/s; below 1 KB/s it is a rate typed in GB/s."""
+    return _not_giga(name, value, 1e3, "bytes/s", "1 KB/s, slower than any link")
 
 
 def parse_number(raw: object) -> object:
@@ -237,18 +259,3 @@ def parse_number(raw: object) -> object:
         return float(s)  # "nan" and "inf" parse too; the checks then refuse them
     except ValueError:
         return raw
-
-
-def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Ordinary least squares y = intercept + slope * x, closed form: (intercept, slope, r2).
-
-    Shared by fit_alpha_beta (t = alpha + beta * D, lab 03) and fit_serial_fraction
-    (T = a + b / N, lab 10). Callers validate first: equal lengths, two distinct xs.
-    """
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    intercept = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - intercept - slope * x) ** 2 for x, y in zip(xs, ys))
-    return intercept, slope, 1.0 if ss_tot == 0 else 1 - ss_res / ss_tot
