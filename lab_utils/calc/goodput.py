@@ -9,13 +9,13 @@ arrive at random (a Poisson process, mean time between failures M for the WHOLE 
 loses the work since the last complete checkpoint and costs R seconds to restart (detect, stop
 the survivors, reschedule, start the processes, reload the checkpoint).
 
-    goodput(tau, delta, R, M)        exact expected value for exponential failures, including
-                                     failures during checkpoints and restarts (Daly 2006, eq. 13):
-                                     useful / wall = tau / (M e^(R/M) (e^((tau+delta)/M) - 1))
-    goodput_first_order(...)         1 - delta/tau - (tau + delta)/(2M) - R/M: the three wastes
-                                     (checkpoint stalls, half an interval lost per failure, restarts)
-    young_interval(delta, M)         sqrt(2 delta M)           (Young 1974): minimises the first order
-    daly_interval(delta, M)          Daly 2006's higher-order optimum
+    expected_goodput(tau, delta, R, M)  exact expected value for exponential failures, including
+                                 failures during checkpoints and restarts (Daly 2006, eq. 13):
+                                 useful / wall = tau / (M e^(R/M) (e^((tau+delta)/M) - 1))
+    goodput_first_order(...)     1 - delta/tau - (tau + delta)/(2M) - R/M: the three wastes
+                                 (checkpoint stalls, half an interval lost per failure, restarts)
+    young_interval(delta, M)     sqrt(2 delta M) (Young 1974): minimises the first order
+    daly_interval(delta, M)      Daly 2006's higher-order optimum
     simulate(tau, delta, R, M, ...)  a discrete-event run with injected (random) failures
 
 Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval", CACM
@@ -29,7 +29,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from lab_utils.calc._check import nonneg_num, number, pos_num, whole
+from lab_utils.calc._check import fields, nonneg_num, number, pos_int, pos_num, text, whole
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 
@@ -50,6 +50,15 @@ class InterruptionRecord:
     gpus: int
     source: str
 
+    def __post_init__(self) -> None:
+        text("InterruptionRecord.name", self.name)
+        text("InterruptionRecord.source", self.source)
+        pos_num("InterruptionRecord.days", self.days)
+        fields(self, pos_int, ("interruptions", "unexpected", "gpus"))
+        if self.unexpected > self.interruptions:
+            raise ValueError(f"InterruptionRecord.unexpected={self.unexpected} exceeds "
+                             f"InterruptionRecord.interruptions={self.interruptions}")
+
     @property
     def mtbf_s(self) -> float:
         """Mean time between UNEXPECTED interruptions of the job, in seconds."""
@@ -68,7 +77,7 @@ def _inputs(tau: float, delta: float, restart: float, mtbf: float) -> tuple[floa
             pos_num(MTBF, mtbf))
 
 
-def goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
+def expected_goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
     """Expected useful fraction of wall time, exponential failures (lab 11).
 
     tau / (M e^(R/M) (e^((tau + delta)/M) - 1)): Daly 2006's complete model, eq. 13, which
@@ -81,7 +90,7 @@ def goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
 
 
 def goodput_first_order(tau: float, delta: float, restart: float, mtbf: float) -> float:
-    """1 - delta/tau - (tau + delta)/(2M) - R/M: the first-order expansion of ``goodput``
+    """1 - delta/tau - (tau + delta)/(2M) - R/M: the first-order expansion of ``expected_goodput``
     (Young 1974's waste terms plus restarts), valid while every term is small (lab 11)."""
     tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     return 1.0 - delta / tau - (tau + delta) / (2 * mtbf) - restart / mtbf
@@ -95,7 +104,7 @@ def young_interval(delta: float, mtbf: float) -> float:
 
 def daly_interval(delta: float, mtbf: float) -> float:
     """Daly 2006, eq. 37: sqrt(2dM) [1 + sqrt(d/2M)/3 + (d/2M)/9] - d for d < 2M, else M
-    (d = delta, the stall; the interval that maximises ``goodput``; lab 11)."""
+    (d = delta, the stall; the interval that maximises ``expected_goodput``; lab 11)."""
     delta, mtbf = pos_num(DELTA, delta), pos_num(MTBF, mtbf)
     if delta >= 2 * mtbf:
         return mtbf
@@ -146,10 +155,11 @@ def simulate(tau: float, delta: float, restart: float, mtbf: float, horizon: flo
     Failure times are drawn from an exponential distribution of mean `mtbf` (random.Random(seed):
     reproducible). A failure can strike while computing, while checkpointing (that checkpoint
     does not count) or while restarting (the restart starts over). Work counts as useful only
-    once a checkpoint that holds it is complete. SIMULATED time: it checks ``goodput`` (lab 11)."""
+    once a checkpoint that holds it is complete. SIMULATED time: it checks ``expected_goodput``
+    (lab 11)."""
     tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     horizon = number("horizon (simulated wall time, seconds)", horizon, 0, lo_open=True)
-    seed = whole("seed", seed)
+    seed = whole("seed", seed, 0)
     rng = random.Random(seed)
     t, useful, failures, ckpts, lost, restarting, stalled = 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0
     next_failure = rng.expovariate(1 / mtbf)
