@@ -44,16 +44,15 @@ class InterruptionRecord:
     """A published interruption record: `unexpected` failures in `days` of training."""
 
     name: str
-    days: float
-    interruptions: int
-    unexpected: int
+    days: float             # the length of the record
+    interruptions: int      # every interruption of the job, planned ones included
+    unexpected: int         # the failures: the interruptions nobody planned
     gpus: int
     source: str
 
     def __post_init__(self) -> None:
-        text("InterruptionRecord.name", self.name)
-        text("InterruptionRecord.source", self.source)
-        pos_num("InterruptionRecord.days", self.days)
+        fields(self, text, ("name", "source"))
+        fields(self, pos_num, ("days",))
         fields(self, pos_int, ("interruptions", "unexpected", "gpus"))
         if self.unexpected > self.interruptions:
             raise ValueError(f"InterruptionRecord.unexpected={self.unexpected} exceeds "

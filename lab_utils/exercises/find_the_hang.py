@@ -199,6 +199,5 @@ register(Exercise(
            "step count agreed on the default group": wrong_count_on_default_group},
     world_size=4, timeout_s=30.0,
     hint="agree on the number of steps with one collective BEFORE the loop; every rank must "
-         "call the same all-reduces, and dp_step (lab_utils/experiments/lab11/faults.py) "
-         "averages them for you",
+         "call the same all-reduces, and dp_step (experiments/lab11/faults.py) averages them",
     solution_helpers=(dp_step,)))
