@@ -67,6 +67,9 @@ VALID: dict[str, dict] = {
     "checkpoint_segments": dict(n_layers=16, n_segments=4, input_bytes=1.0, layer_bytes=3.0),
     "optimal_segments": dict(n_layers=16, input_bytes=1.0, layer_bytes=3.0),
     "ring_bytes_per_rank": dict(op="all_reduce", n=8, size_bytes=1e6),
+    "lr_for_batch": dict(base_lr=1e-3, base_batch=256, batch=1024, optimizer="adam"),
+    "large_batch_tradeoff": dict(batch=512, critical_batch=2048),
+    "compute_optimal": dict(compute_flops=5.76e23, tokens_per_param=20.0),
     "collective_time": dict(op="all_gather", n=8, size_bytes=1e6, alpha_s=1e-5,
                             bandwidth_bytes_per_s=50e9, algorithm="tree"),
     "alg_bandwidth": dict(size_bytes=1e6, time_s=1e-3),
@@ -193,7 +196,7 @@ METHODS: dict[str, tuple] = {
                              dict(count_embedding=False)),
 }
 # Classes that only carry results computed by calc (published records are inputs: fuzzed).
-RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
+RESULTS = {"BatchTradeoff", "ComputeOptimal", "ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
            "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan",

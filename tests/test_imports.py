@@ -30,9 +30,6 @@ ROOT = pathlib.Path(lab_utils.__file__).parent
 EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = [
     frozenset({"lab_utils.runtime.launch", "lab_utils.runtime.pool"}),           # helper "runtime"
     frozenset({"lab_utils.runtime.process", "lab_utils.runtime.zygote"}),        # helper "runtime"
-    frozenset({f"lab_utils.practice.{name}" for name in (                        # "practice"
-        "critique_bank", "critique_bank_baselines", "critique_bank_parallel", "critiques",
-        "drills", "generators", "generators_perf", "widgets")}),
 ]
 # The same for private names imported across modules: (importing module, imported name).
 EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: set[tuple[str, str]] = {

@@ -30,6 +30,9 @@ gives the formula, its source and the lab.
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
     moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
+    batch_size    lr_for_batch (SGD linear, Adam sqrt), large_batch_tradeoff (lab 02)
+    compute_optimal  compute_optimal: Chinchilla's N and D for a budget (lab 10)
+    facts         SHARED_FACTS: facts several labs state, one source (tests/test_shared_facts)
     goodput       expected_goodput under failures, Young / Daly intervals, simulate (lab 11)
     _line_fit     least squares for fit_alpha_beta and fit_serial_fraction (labs 03, 10)
 """
@@ -37,11 +40,13 @@ from lab_utils.calc._check import ZERO_STAGES, zero_stage
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
                                         in_flight_microbatches, logits_bytes)
+from lab_utils.calc.batch_size import BatchTradeoff, large_batch_tradeoff, lr_for_batch
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
                                  fit_alpha_beta, hierarchical_all_reduce_time,
                                  pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
+from lab_utils.calc.compute_optimal import ComputeOptimal, compute_optimal
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
                                      deepseek_v3_stage_memory)
@@ -69,6 +74,7 @@ from lab_utils.calc.training import (NARAYANAN_SEC51, NarayananEstimate, Trainin
 from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 
 __all__ = [
+    "lr_for_batch", "large_batch_tradeoff", "BatchTradeoff", "compute_optimal", "ComputeOptimal",
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
     "NARAYANAN_TABLE1", "MegatronRun",
