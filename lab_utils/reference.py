@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -118,15 +119,6 @@ def reference_run(
     return ReferenceRun(losses, state)
 
 
-def reference_losses(
-    model_fn: Callable[[], nn.Module],
-    batches: Sequence[Batch],
-    steps: int,
-    lr: float = 1e-2,
-    optimizer: str = "adamw",
-    grad_accum: int = 1,
-    loss_fn: LossFn = default_loss,
-    seed: int = 0,
-) -> list[float]:
-    """Just the per-step losses of reference_run (same arguments)."""
-    return reference_run(model_fn, batches, steps, lr, optimizer, grad_accum, loss_fn, seed).losses
+def reference_losses(*args: Any, **kwargs: Any) -> list[float]:
+    """The per-step losses of ``reference_run`` (same arguments): ``reference_run(...).losses``."""
+    return reference_run(*args, **kwargs).losses

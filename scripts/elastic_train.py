@@ -7,7 +7,7 @@ Every attempt resumes from the newest complete DCP checkpoint under --root (none
 In attempt 0 (TORCHELASTIC_RESTART_COUNT=0) rank 2 dies in step 5; torchrun sees the failed
 worker, stops the others, starts a new group of 4 (attempt 1), which resumes from the last
 checkpoint and finishes. Every rank logs its events to --log-dir as they happen.
-The training itself is lab_utils.experiments.lab11_elastic.elastic_train.
+The training itself is lab_utils.experiments.lab11.elastic.elastic_train.
 """
 import time
 
@@ -20,7 +20,7 @@ import sys  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
 from lab_utils.experiments.lab11 import RunConfig  # noqa: E402
-from lab_utils.experiments.lab11_elastic import elastic_train  # noqa: E402
+from lab_utils.experiments.lab11.elastic import elastic_train  # noqa: E402
 from lab_utils.runtime.context import distributed  # noqa: E402
 
 

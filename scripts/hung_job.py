@@ -7,7 +7,7 @@
 Rank 0 calls an all-reduce that no other rank joins; the others wait in the next barrier. Each
 rank writes its pid, registers faulthandler on SIGUSR1 and runs a watchdog that dumps the
 collective flight recorder to DIR/fr_rank_<r> once it has made no progress for a second.
-The job never ends by itself: kill it. Its body is lab_utils.experiments.lab11_faults.hung_job.
+The job never ends by itself: kill it. Its body is lab_utils.experiments.lab11.faults.hung_job.
 """
 import argparse
 import os
@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
-from lab_utils.experiments.lab11_faults import hung_job  # noqa: E402
+from lab_utils.experiments.lab11.faults import hung_job  # noqa: E402
 from lab_utils.runtime.context import distributed  # noqa: E402
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from lab_utils.exercises import fsdp_unit_hooks, loss_scaler, mesh_groups
 from lab_utils.exercises.find_corrupt_rank import fingerprint
-from lab_utils.experiments.lab11 import dp_step
+from lab_utils.experiments.lab11.faults import dp_step
 from lab_utils.parallel.fsdp import UnitHooks
 from lab_utils.parallel.tensor_parallel.comm import _ReduceFromTP
 

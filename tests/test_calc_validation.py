@@ -185,6 +185,14 @@ VALID: dict[str, dict] = {
                      seq_len=4096, micro_batches=(1, 2), zero_stages=(0, 1),
                      recomputes=("full",), recipe="mixed_adam", compute_efficiency=0.4,
                      dispatch_bytes=1.0, combine_bytes=2.0, a2a_overlap=0.5, n_best=3),
+    "expected_goodput": dict(tau=600.0, delta=10.0, restart=60.0, mtbf=3600.0),
+    "goodput_first_order": dict(tau=600.0, delta=10.0, restart=60.0, mtbf=3600.0),
+    "waste": dict(tau=600.0, delta=10.0, restart=60.0, mtbf=3600.0),
+    "young_interval": dict(delta=10.0, mtbf=3600.0),
+    "daly_interval": dict(delta=10.0, mtbf=3600.0),
+    "simulate": dict(tau=600.0, delta=10.0, restart=60.0, mtbf=3600.0, horizon=7200.0, seed=0),
+    "InterruptionRecord": dict(name="r", days=54.0, interruptions=466, unexpected=419,
+                               gpus=16384, source="s"),
 }
 # Public methods (of result and record classes) that take arguments: "Class.method".
 METHODS: dict[str, tuple] = {
@@ -204,13 +212,15 @@ METHODS: dict[str, tuple] = {
 RESULTS = {"BatchTradeoff", "ComputeOptimal", "ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
-           "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan"}
+           "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan",
+           "Waste", "Simulated"}
 FREE_TEXT = {("KorthikantiRun", "name"), ("NarayananEstimate", "model"), ("MoEConfig", "name"),
              ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"),
              ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
              ("Cluster", "name"), ("FloatFormat", "name"), ("ClusterSpec", "name"),
-             ("ClusterSpec", "source")}
+             ("ClusterSpec", "source"), ("InterruptionRecord", "name"),
+             ("InterruptionRecord", "source")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
 # Words a message may use for an argument (e.g. each element of ``ns`` is "each N in ns").
 ALIASES = {"recipe_name": "recipe", "recomputes": "recompute", "zero_stages": "zero_stage",

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.experiments.lab08_ring import check_ring
+from lab_utils.experiments.lab08.ring import check_ring
 from lab_utils.parallel.context_parallel import full_attention, kv_block_bytes, ring_bytes
 
 B, H, T, HD = 2, 2, 32, 8

@@ -9,12 +9,12 @@ import contextlib
 import pytest
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 from torch.testing import assert_close
 
 from lab_utils import run
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
-from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP
+from lab_utils.experiments.lab04 import IMPLS, make_ddp, sync_gradients
+from lab_utils.parallel.data_parallel import BucketDDP
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.reference import default_loss, forward_backward, make_optimizer, reference_run
 
@@ -22,7 +22,6 @@ from lab_utils.reference import default_loss, forward_backward, make_optimizer, 
 
 CFG = GPTConfig(tie_weights=True)  # tok_emb.weight IS head.weight: one gradient, reduced once
 STEPS, GLOBAL_BATCH, ACCUM = 4, 8, 2
-IMPLS = ("naive", "bucket", "torch")
 
 
 def gpt():
@@ -41,22 +40,9 @@ def mlp_batches():
     return regression_batches(STEPS, GLOBAL_BATCH, seed=2)
 
 
-def wrap(impl, model, bucket_cap_bytes=2048):
-    if impl == "naive":
-        return NaiveDDP(model)
-    if impl == "bucket":  # small buckets: several all-reduces in flight during backward
-        return BucketDDP(model, bucket_cap_bytes=bucket_cap_bytes)
-    return DistributedDataParallel(model, bucket_cap_mb=bucket_cap_bytes / 2**20)
-
-
-def sync(ddp):
-    if not isinstance(ddp, DistributedDataParallel):  # torch DDP has finished inside backward
-        ddp.finish_gradient_synchronization()
-
-
 def train(ctx, impl, model_fn, batches, accum=1, optimizer="adamw"):
     """STEPS steps on this rank's shard; the global mean loss per step, grads after step 1."""
-    ddp = wrap(impl, model_fn())
+    ddp = make_ddp(impl, model_fn(), bucket_cap_bytes=2048)  # small buckets: several in flight
     opt = make_optimizer([p for p in ddp.parameters() if p.requires_grad], optimizer, 1e-2)
     losses, first_grads, local_after_no_sync = [], None, None
     for i in range(STEPS):
@@ -71,7 +57,7 @@ def train(ctx, impl, model_fn, batches, accum=1, optimizer="adamw"):
             if not last and local_after_no_sync is None:
                 local_after_no_sync = ddp.module.net[-1].weight.grad.clone()
             total += loss.item()
-        sync(ddp)
+        sync_gradients(ddp)
         if i == 0:
             first_grads = {n: p.grad.clone() for n, p in ddp.module.named_parameters()
                            if p.grad is not None}

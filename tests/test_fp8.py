@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lab_utils.calc import DEVICES, bytes_per_element, current_scale, delayed_scale, float_format
-from lab_utils.experiments import lab02_fp8 as fp8
+from lab_utils.experiments.lab02 import fp8
 
 TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
          "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}

@@ -23,7 +23,8 @@ from torch.testing import assert_close
 from lab_utils import run
 from lab_utils.calc import model_state_memory
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
-from lab_utils.experiments import lab05, lab05_practice
+from lab_utils.experiments import lab05
+from lab_utils.experiments.lab05 import practice as lab05_practice
 from lab_utils.measure import CommLedger, WireMeter, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
 from lab_utils.parallel.fsdp import FSDP, MixedPrecision, clip_grad_norm_

@@ -1,9 +1,9 @@
-"""The goodput model of lab 11 (lab_utils/experiments/lab11_goodput.py) and its widget: pure."""
+"""The goodput model of lab 11 (lab_utils/calc/goodput.py) and its widget: pure."""
 import math
 
 import pytest
 
-from lab_utils.experiments import lab11_goodput as gp
+from lab_utils.calc import goodput as gp
 from lab_utils.viz import goodput_explorer as gx
 
 M = gp.LLAMA3_405B.mtbf_s
@@ -26,14 +26,14 @@ def test_young_and_daly_intervals():
 def test_daly_interval_maximises_the_exact_goodput():
     for delta, restart in ((30, 300), (300, 1800)):
         best = gp.daly_interval(delta, M)
-        g = gp.goodput(best, delta, restart, M)
-        assert g >= gp.goodput(best * 0.8, delta, restart, M)
-        assert g >= gp.goodput(best * 1.25, delta, restart, M)
+        g = gp.expected_goodput(best, delta, restart, M)
+        assert g >= gp.expected_goodput(best * 0.8, delta, restart, M)
+        assert g >= gp.expected_goodput(best * 1.25, delta, restart, M)
 
 
 def test_first_order_is_the_expansion_of_the_exact_model():
     for tau, delta, restart in ((600, 10, 60), (900, 30, 300)):
-        exact, first = gp.goodput(tau, delta, restart, M), gp.goodput_first_order(tau, delta, restart, M)
+        exact, first = gp.expected_goodput(tau, delta, restart, M), gp.goodput_first_order(tau, delta, restart, M)
         assert first < exact and exact - first < 0.02
         w = gp.waste(tau, delta, restart, M)
         assert 1 - w.total == pytest.approx(first)
@@ -45,7 +45,7 @@ def test_simulation_agrees_with_the_model_within_5_percent(delta, restart, tau):
     tau = tau or gp.daly_interval(delta, M)
     sim = gp.simulate(tau, delta, restart, M, horizon=54 * gp.DAY, seed=0)
     assert sim.failures > 300                               # ~419 failures injected
-    assert sim.goodput == pytest.approx(gp.goodput(tau, delta, restart, M), rel=0.05)
+    assert sim.goodput == pytest.approx(gp.expected_goodput(tau, delta, restart, M), rel=0.05)
     # the wall time is fully accounted for
     parts = sim.useful_s + sim.lost_s + sim.restart_s + sim.checkpoint_s
     assert parts == pytest.approx(sim.wall_s, rel=1e-9)
@@ -57,11 +57,14 @@ def test_simulation_without_failures_pays_only_the_stalls():
     assert sim.goodput == pytest.approx(100 / 110)
 
 
-@pytest.mark.parametrize("args", [(0, 1, 1, 1), (1, -1, 1, 1), (1, 1, float("nan"), 1),
-                                  (1, 1, 1, True), (1, 1, 1, "3h")])
-def test_bad_inputs_raise_value_error(args):
-    with pytest.raises(ValueError):
-        gp.goodput(*args)
+@pytest.mark.parametrize("args,field", [((0, 1, 1, 1), "tau"), ((1, -1, 1, 1), "delta"),
+                                        ((1, 1, float("nan"), 1), "restart"),
+                                        ((1, 1, 1, True), "mtbf"), ((1, 1, 1, "3h"), "mtbf")])
+def test_bad_inputs_raise_a_value_error_naming_the_field(args, field):
+    with pytest.raises(ValueError, match=f"^{field} "):
+        gp.expected_goodput(*args)
+    with pytest.raises(ValueError, match="^horizon "):
+        gp.simulate(1, 1, 1, 1, horizon=-1.0)
 
 
 def test_widget_validates_and_defaults_to_the_daly_optimum():

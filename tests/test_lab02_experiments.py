@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from lab_utils.exercises import loss_scaler as ls
-from lab_utils.experiments import lab02, lab02_memory as mem
+from lab_utils.experiments import lab02
+from lab_utils.experiments.lab02 import memory as mem
 from lab_utils.models import GPTConfig, TinyGPT
 
 

@@ -11,7 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 from lab_utils import run
 from lab_utils.calc import dp_bytes_per_rank, ring_bytes_per_rank
 from lab_utils.data import token_batches
-from lab_utils.experiments import lab04, lab04_details
+from lab_utils.experiments import lab04
+from lab_utils.experiments.lab04 import details as lab04_details
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.parallel.data_parallel import average_gradients
 from lab_utils.reference import forward_backward

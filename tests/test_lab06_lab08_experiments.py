@@ -1,4 +1,4 @@
-"""Labs 06 and 08 experiments and planning helpers (experiments.lab06, lab08_plans, the diagrams).
+"""Labs 06 and 08 experiments and planning helpers (experiments.lab06, lab08.plans, the diagrams).
 
 One 4-rank launch checks lab 06's byte accounting: without sequence parallelism the ledger equals
 the papers' formula; with it, ledger - formula is exactly the SP extras (re-gathers, boundary
@@ -10,7 +10,8 @@ the 512-GPU candidates, the GQA warning, the figures.
 import pytest
 
 from lab_utils import calc, run
-from lab_utils.experiments import lab06, lab08_plans
+from lab_utils.experiments import lab06
+from lab_utils.experiments.lab08 import plans as lab08_plans
 from lab_utils.models import GPTConfig
 from lab_utils.topology import Topology
 

@@ -57,7 +57,7 @@ def _bad(ctx):
 
 
 def _everything(ctx):
-    from lab_utils.experiments import lab04_local_sgd
+    from lab_utils.experiments.lab04 import local_sgd as lab04_local_sgd
     out = {how: _train(ctx, how) for how in ("diloco", "local", "torch")}
     out["low"] = lab04_local_sgd.low_communication(ctx, CFG, 2, STEPS, EVERY)
     out["errors"] = _bad(ctx)

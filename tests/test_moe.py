@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lab_utils import run
-from lab_utils.experiments import lab09, lab09_balance
+from lab_utils.experiments import lab09
+from lab_utils.experiments.lab09 import balance as lab09_balance
 from lab_utils.parallel.expert_parallel import (MoELayer, all_to_all_rows, dispatch_and_combine,
                                                 expert_capacity, load_balancing_loss, route)
 

@@ -213,8 +213,8 @@ def test_deadlock_and_silent_swap_are_reported():
 
 
 def test_torch_schedules_match_reference():
-    from lab_utils.experiments.lab07.torch_pipeline import run_torch_pipeline
-    from lab_utils.parallel.pipeline_parallel.torch_schedules import TORCH_CONFIG, TORCH_SCHEDULES
+    from lab_utils.experiments.lab07.torch_pipeline import TORCH_CONFIG, run_torch_pipeline
+    from lab_utils.parallel.pipeline_parallel.torch_schedules import TORCH_SCHEDULES
 
     # p = 2 ranks (4 stages with v = 2): every rank imports torch.distributed.pipelining (~6 s of
     # CPU each, dynamo and DTensor), so fewer ranks on 2 cores is a much shorter test.

@@ -14,8 +14,7 @@ import pytest
 
 from lab_utils import run
 from lab_utils.exercises.find_the_hang import expect_hang, hang_uneven
-from lab_utils.experiments import lab11_elastic as elastic
-from lab_utils.experiments import lab11_faults as faults
+from lab_utils.experiments.lab11 import elastic, faults
 from lab_utils.experiments.lab11 import (RunConfig, checkpoint_drill, latest_checkpoint,
                                          reshard_load, train_run)
 

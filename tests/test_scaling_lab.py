@@ -1,4 +1,4 @@
-"""Lab 10's worker functions (lab_utils/experiments/lab10.py): one 2-rank launch, plus in-process parts.
+"""Lab 10's worker functions (lab_utils/experiments/lab10/): one 2-rank launch, in-process parts.
 
 Timings on a shared CPU are noisy, so the checks are about structure and about what physics
 guarantees (no timing asserts): a sleep of t lasts at least t, strong scaling computes the same
@@ -11,8 +11,8 @@ import torch
 
 from lab_utils import run
 from lab_utils.calc import bubble, bubble_from_timeline, ring_bytes_per_rank
-from lab_utils.exercises.fit_serial_fraction import StepLog, fit_serial, make_logs
-from lab_utils.experiments.lab10 import (SCALING_CONFIG, CommStats, SlowDataset,
+from lab_utils.exercises.fit_serial_fraction import fit_serial, make_logs
+from lab_utils.experiments.lab10 import (SCALING_CONFIG, CommStats, StepLog, SlowDataset,
                                          background_prefetch, comm_split, fit_curves,
                                          loader_experiment, matmul_rates)
 

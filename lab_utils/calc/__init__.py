@@ -34,6 +34,7 @@ gives the formula, its source and the lab.
     compute_optimal  compute_optimal: Chinchilla's N and D for a budget (lab 10)
     roofline      critical_intensity, tp_intensity, fsdp_intensity     (labs 05, 06, 08)
     facts         SHARED_FACTS: facts several labs state, one source (tests/test_shared_facts)
+    goodput       expected_goodput under failures, Young / Daly intervals, simulate (lab 11)
     _line_fit     least squares for fit_alpha_beta and fit_serial_fraction (labs 03, 10)
 """
 from lab_utils.calc._check import ZERO_STAGES, zero_stage
@@ -129,3 +130,11 @@ __all__ += ["MoEPlan", "evaluate_moe", "plan_moe", "h800_cluster"]
 from lab_utils.calc.rounding import float_gap, round_to_bits  # noqa: E402
 
 __all__ += ["float_gap", "round_to_bits"]
+
+# Goodput under failures (lab 11): Daly's expected value, the first order, the best interval.
+from lab_utils.calc.goodput import (InterruptionRecord, Simulated, Waste,  # noqa: E402
+                                    daly_interval, expected_goodput, goodput_first_order,
+                                    simulate, waste, young_interval)
+
+__all__ += ["InterruptionRecord", "Simulated", "Waste", "daly_interval", "expected_goodput",
+            "goodput_first_order", "simulate", "waste", "young_interval"]

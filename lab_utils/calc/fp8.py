@@ -20,7 +20,7 @@ is so short that every tensor is multiplied by a SCALE before the cast and divid
                       (one pass fewer over the tensor; the history is that of previous steps,
                       so a sudden outlier can still saturate; Transformer Engine's default)
 
-Pure formulas; the torch side (casts, an emulated matmul) is in experiments/lab02_fp8.py.
+Pure formulas; the torch side (casts, an emulated matmul) is in experiments/lab02/fp8.py.
 """
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def ideal_bubble(orders: Orders, p: int, *replay_args: Any, **replay_kwargs: Any
     """Idle fraction of the ideal timeline of these orders (free communication; the op times
     in ``replay_args``); 1.0 if they deadlock."""
     from lab_utils.calc.timeline import bubble_from_timeline
-    from lab_utils.parallel.pipeline_parallel.torch_schedules import replay
+    from lab_utils.experiments.lab07.torch_pipeline import replay
 
     events = [dict(rank=s, name=op[0], mb=int(op[1:]), stage=s, start=k)
               for s in range(p) for k, op in enumerate(orders[s])]

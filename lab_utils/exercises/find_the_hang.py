@@ -27,7 +27,7 @@ from lab_utils.data import regression_batches, shard_for_rank
 from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
                                        register)
 from lab_utils.models import ToyMLP
-from lab_utils.experiments.lab11 import dp_step, param_checksum
+from lab_utils.experiments.lab11.faults import dp_step, param_checksum
 
 
 def hang_mismatched(ctx, steps: int = 3, fixed: bool = False) -> float:
@@ -225,5 +225,5 @@ register(Exercise(
            "step count agreed on the default group": wrong_count_on_default_group},
     world_size=4, timeout_s=20.0,  # a hang (this exercise's mistake) is reported after 15 s
     hint="agree on the number of steps with one collective BEFORE the loop; every rank must "
-         "call the same all-reduces, and lab_utils.experiments.lab11.dp_step averages them for you",
+         "call the same all-reduces, and dp_step (experiments/lab11/faults.py) averages them",
     solution_helpers=(dp_step,), explain_failure=explain_failure))

@@ -14,15 +14,9 @@ Checked on three logs: N = 1, 2, 4, 8 with a warm-up step and one disturbed step
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 from lab_utils.exercises._core import Exercise, Verdict, register
-
-
-@dataclass(frozen=True)
-class StepLog:
-    n: int                      # ranks (devices) of this run
-    step_s: tuple[float, ...]   # every logged step, in order; step 0 is the warm-up
+from lab_utils.experiments.lab10 import StepLog
 
 
 def representative(log: StepLog) -> float:

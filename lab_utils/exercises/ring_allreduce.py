@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.parallel.collectives import (_chunks, _exchange, _ring, ring_all_gather, ring_all_reduce,
-                                  ring_reduce_scatter)
+from lab_utils.parallel.collectives import (exchange, ring_all_gather, ring_all_reduce,
+                                            ring_chunks, ring_neighbours, ring_reduce_scatter)
 from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
                                        register)
 from lab_utils.measure import CommLedger
@@ -116,10 +116,10 @@ def wrong_library_call(tensor, group):
 
 def wrong_whole_tensor_ring(tensor, group):
     """Passes the WHOLE tensor around the ring N-1 times: right sum, (N-1) x D bytes."""
-    n, _, right, left = _ring(group)
+    n, _, right, left = ring_neighbours(group)
     passing, incoming = tensor.clone(), torch.empty_like(tensor)
     for _ in range(n - 1):
-        _exchange(passing, incoming, right, left, group)
+        exchange(passing, incoming, right, left, group)
         tensor.add_(incoming)
         passing.copy_(incoming)
     return tensor
@@ -152,7 +152,7 @@ register(Exercise(
     signature="fn(tensor, group) -> tensor (summed in place)",
     check=check,
     reference=ring_all_reduce,
-    solution_helpers=(_ring, _exchange, _chunks, ring_reduce_scatter, ring_all_gather),
+    solution_helpers=(ring_neighbours, exchange, ring_chunks, ring_reduce_scatter, ring_all_gather),
     wrong={"reduce-scatter phase only": wrong_reduce_scatter_only,
            "calls dist.all_reduce": wrong_library_call,
            "passes the whole tensor": wrong_whole_tensor_ring,

@@ -248,16 +248,17 @@ def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
     record, after each step, which contributions every chunk of every rank holds.
 
     The schedule is ring_reduce_scatter's and ring_all_gather's (same chunk indices, same
-    _exchange of one chunk per step); only a snapshot is added between steps, and the final
+    exchange of one chunk per step); only a snapshot is added between steps, and the final
     tensor is checked against ring_all_reduce's. Gathered on rank 0 (None elsewhere).
     Communication: 2(n-1) steps of one chunk each, plus a gather_object per snapshot.
     """
-    from lab_utils.parallel.collectives import _chunks, _exchange, _ring, ring_all_reduce
+    from lab_utils.parallel.collectives import (exchange, ring_all_reduce, ring_chunks,
+                                                ring_neighbours)
 
     group = ctx.group
-    n, r, right, left = _ring(group)
+    n, r, right, left = ring_neighbours(group)
     x = torch.full((n * elems_per_chunk,), float(2 ** r))  # (n * e,): n chunks of e elements
-    chunks = _chunks(x, n)
+    chunks = ring_chunks(x, n)
     steps: list[tuple[str, list, list]] = []
 
     def snapshot(label: str, sent: int | None) -> None:
@@ -271,12 +272,12 @@ def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
     scratch = torch.empty_like(chunks[0])
     for s in range(n - 1):  # reduce-scatter: send my running partial sum, add the incoming one
         send_i, recv_i = (r - s - 1) % n, (r - s - 2) % n
-        _exchange(chunks[send_i], scratch, right, left, group)
+        exchange(chunks[send_i], scratch, right, left, group)
         chunks[recv_i].add_(scratch)
         snapshot(f"RS step {s}", send_i)
     for s in range(n - 1):  # all-gather: forward a finished chunk, store the incoming one
         send_i, recv_i = (r - s) % n, (r - s - 1) % n
-        _exchange(chunks[send_i], chunks[recv_i], right, left, group)
+        exchange(chunks[send_i], chunks[recv_i], right, left, group)
         snapshot(f"AG step {s}", send_i)
     y = torch.full_like(x, float(2 ** r))
     ring_all_reduce(y, group)

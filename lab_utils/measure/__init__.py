@@ -10,6 +10,19 @@
     CommLedger()                   -> every collective / p2p call: op, bytes, time  (labs 03-08)
     Timeline(ctx)                  -> named spans per rank, gathered to rank 0      (labs 04, 07)
 
+One module per way of observing (every one seen from OUTSIDE the technique it measures):
+
+    memory.py          model state bytes, saved activations, device peak        (labs 01, 02, 05-07)
+    step_memory.py     memory at every event of a training step, any device     (lab 01)
+    comm.py            CommLedger: every collective / p2p call of one rank       (labs 03-08)
+    comm_ops.py        which c10d op a dispatcher call is and its bytes (for comm.py)
+    wire.py            WireMeter: what each rank's sockets REALLY sent, to whom  (labs 03-08)
+    tcp.py             the kernel's per-socket byte counts (for wire.py)
+    timeline.py        Timeline: named spans per rank on a common clock          (labs 04, 07, 10)
+    spans.py           ModuleSpans: compute spans of chosen modules, by hooks    (lab 05)
+    simulated_link.py  a SIMULATED slow link: collectives cost a chosen alpha-beta time (lab 06)
+    noise_scale.py     the gradient noise scale from two batch sizes (McCandlish 2018) (lab 02)
+
 The measured numbers are meant to sit next to a calculator's prediction (``lab_utils.calc``).
 """
 from lab_utils.measure.comm import CommLedger, CommRecord

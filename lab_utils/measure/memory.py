@@ -24,7 +24,7 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return (str(t.device), t.untyped_storage().data_ptr())
 
 
-def _storage_bytes(tensors: Iterable[torch.Tensor], seen: set) -> int:
+def storage_bytes(tensors: Iterable[torch.Tensor], seen: set) -> int:
     """Bytes of the distinct storages behind ``tensors`` not already in ``seen``."""
     total = 0
     for t in tensors:
@@ -55,17 +55,17 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None 
     """
     seen: set = set()
     params = [p for p in model.parameters()]
-    p_bytes = _storage_bytes(params, seen)
-    g_bytes = _storage_bytes([p.grad for p in params if p.grad is not None], seen)
+    p_bytes = storage_bytes(params, seen)
+    g_bytes = storage_bytes([p.grad for p in params if p.grad is not None], seen)
     master = state = scalars = 0
     if optimizer is not None:
         own = [p for g in optimizer.param_groups for p in g["params"]]
-        master = _storage_bytes(own, seen)
-        master += _storage_bytes([p.grad for p in own if p.grad is not None], seen)
+        master = storage_bytes(own, seen)
+        master += storage_bytes([p.grad for p in own if p.grad is not None], seen)
         tensors = [v for s in optimizer.state.values() for v in s.values()
                    if isinstance(v, torch.Tensor)]
-        scalars = _storage_bytes([v for v in tensors if _local(v).dim() == 0], seen)
-        state = _storage_bytes([v for v in tensors if _local(v).dim() > 0], seen)
+        scalars = storage_bytes([v for v in tensors if _local(v).dim() == 0], seen)
+        state = storage_bytes([v for v in tensors if _local(v).dim() > 0], seen)
     opt = master + state
     return {"params": p_bytes, "grads": g_bytes, "optimizer": opt,
             "total": p_bytes + g_bytes + opt, "optimizer_master": master,

@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from lab_utils.measure.memory import SavedActivations, _storage_bytes
+from lab_utils.measure.memory import SavedActivations, storage_bytes
 
 PHASES = ("start", "forward", "backward", "optimizer", "zero_grad")
 
@@ -71,14 +71,14 @@ def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
     """
     params = list(model.parameters())
     model_keys: set = set()
-    p_bytes = _storage_bytes(params, model_keys)  # fills model_keys with the params' storages
+    p_bytes = storage_bytes(params, model_keys)  # fills model_keys with the params' storages
     points: list[MemoryPoint] = []
     step = 0
     acts: SavedActivations | None = None
 
     def snap(phase: str, label: str) -> None:
-        grads = _storage_bytes([p.grad for p in params if p.grad is not None], set(model_keys))
-        opt = _storage_bytes(_optimizer_tensors(optimizer), set(model_keys))
+        grads = storage_bytes([p.grad for p in params if p.grad is not None], set(model_keys))
+        opt = storage_bytes(_optimizer_tensors(optimizer), set(model_keys))
         live = acts.live_bytes if acts is not None else 0
         points.append(MemoryPoint(step, phase, label, p_bytes, grads, opt, live))
 

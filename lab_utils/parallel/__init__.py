@@ -2,6 +2,7 @@
 
     collectives.py          ring reduce-scatter / all-gather / all-reduce, parameter server (lab 03)
     data_parallel.py        NaiveDDP, BucketDDP, SyncBatchNorm1d (lab 04)
+    local_sgd.py            local SGD and DiLoCo: data parallelism that syncs less often (lab 04)
     backward_tls.py         collectives launched in backward hooks, safe at a plain interpreter exit
     zero.py                 ZeRO-1 and ZeRO-2: optimizer-side sharding (lab 05)
     fsdp.py, fsdp_units.py  ZeRO-3 as a module (FSDP), mixed precision; the shard layout (lab 05)

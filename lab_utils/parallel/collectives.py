@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 
-def _ring(group: Any) -> tuple[int, int, int, int]:
+def ring_neighbours(group: Any) -> tuple[int, int, int, int]:
     """(n, rank in group, global rank of right neighbour, global rank of left neighbour)."""
     n, r = dist.get_world_size(group), dist.get_rank(group)
     right = dist.get_global_rank(group, (r + 1) % n) if group is not None else (r + 1) % n
@@ -37,14 +37,15 @@ def _ring(group: Any) -> tuple[int, int, int, int]:
     return n, r, right, left
 
 
-def _exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group: Any) -> None:
+def exchange(send: torch.Tensor, recv: torch.Tensor, right: int, left: int, group: Any) -> None:
     """Send ``send`` right while receiving ``recv`` from the left; wait for both."""
     reqs = [dist.isend(send, right, group=group), dist.irecv(recv, left, group=group)]
     for req in reqs:
         req.wait()
 
 
-def _chunks(tensor: torch.Tensor, n: int) -> list[torch.Tensor]:
+def ring_chunks(tensor: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """The n chunks a ring collective passes around: views of ``tensor``, in place."""
     if not tensor.is_contiguous():
         raise ValueError("ring collectives work in place on a contiguous tensor")
     return list(tensor.view(-1).tensor_split(n))  # views; sizes differ by at most 1 element
@@ -57,15 +58,15 @@ def ring_reduce_scatter(tensor: torch.Tensor, group: Any = None) -> torch.Tensor
     receives chunk (r-s-2) % N from the left, adding it to its own values. Other chunks are
     left holding partial sums. Bytes sent per rank: (N-1) chunks = (N-1)/N * D.
     """
-    n, r, right, left = _ring(group)
-    chunks = _chunks(tensor, n)
+    n, r, right, left = ring_neighbours(group)
+    chunks = ring_chunks(tensor, n)
     if n == 1:
         return chunks[0]
     scratch = torch.empty_like(chunks[0])  # chunk 0 is the largest
     for s in range(n - 1):
         send_i, recv_i = (r - s - 1) % n, (r - s - 2) % n
         incoming = scratch[: chunks[recv_i].numel()]
-        _exchange(chunks[send_i], incoming, right, left, group)
+        exchange(chunks[send_i], incoming, right, left, group)
         chunks[recv_i].add_(incoming)  # after step N-2 this is chunk r: the full sum
     return chunks[r]
 
@@ -76,11 +77,11 @@ def ring_all_gather(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     N-1 steps; at step s rank r forwards chunk (r-s) % N right and receives chunk
     (r-s-1) % N straight into place. Bytes sent per rank: (N-1)/N * D.
     """
-    n, r, right, left = _ring(group)
-    chunks = _chunks(tensor, n)
+    n, r, right, left = ring_neighbours(group)
+    chunks = ring_chunks(tensor, n)
     for s in range(n - 1):
         send_i, recv_i = (r - s) % n, (r - s - 1) % n
-        _exchange(chunks[send_i], chunks[recv_i], right, left, group)
+        exchange(chunks[send_i], chunks[recv_i], right, left, group)
     return tensor
 
 

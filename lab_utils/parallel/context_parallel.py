@@ -22,7 +22,7 @@ Communication per rank per layer (blk = B*H*Tc*hd*bytes, the size of ONE of K or
     forward : (N-1) sends of the (K, V) pair                 = (N-1) * 2 blk
     backward: (N-1) sends of (K, V) + N sends of (dK, dV)    = (2N-1) * 2 blk
 Each transfer can hide behind one block's attention compute, which is what makes the ring work.
-(Lab 08 checks it against full attention: ``lab_utils.experiments.lab08_ring.check_ring``.)
+(Lab 08 checks it against full attention: ``lab_utils.experiments.lab08.ring.check_ring``.)
 (Contiguous chunks leave the causal work unbalanced: rank N-1 attends to N blocks, rank 0 to
 one. Production code gives each rank two mirrored chunks, "zig-zag", to even it out.)
 """

@@ -1,6 +1,6 @@
 """Goodput explorer: useful share of wall time vs checkpoint interval, under failures (lab 11).
 
-A thin view over lab_utils.experiments.lab11_goodput: Daly 2006's expected goodput for
+A thin view over lab_utils.calc.goodput: Daly 2006's expected goodput for
 exponential failures, its first-order form, and the Young (1974) / Daly (2006) intervals.
 Defaults: the Llama 3 405B record (419 unexpected interruptions in 54 days, Meta 2024).
 """
@@ -10,13 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lab_utils.experiments.lab11_goodput import (LLAMA3_405B, daly_interval, goodput,
-                                                  goodput_first_order, waste, young_interval)
+from lab_utils.calc.goodput import (HOUR, LLAMA3_405B, MINUTE, daly_interval, expected_goodput,
+                                    goodput_first_order, waste, young_interval)
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import float_text
 from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
-
-MINUTE, HOUR = 60.0, 3600.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +54,7 @@ def _taus(st: GoodputState) -> list[float]:
 def figure_spec(st: GoodputState) -> Spec:
     taus = _taus(st)
     args = (st.stall_s, st.restart_s, st.mtbf_s)
-    exact = [100 * goodput(t, *args) for t in taus]
+    exact = [100 * expected_goodput(t, *args) for t in taus]
     first = [100 * max(0.0, goodput_first_order(t, *args)) for t in taus]
     young, daly = young_interval(st.stall_s, st.mtbf_s), daly_interval(st.stall_s, st.mtbf_s)
     mins = [t / MINUTE for t in taus]
@@ -69,11 +67,11 @@ def figure_spec(st: GoodputState) -> Spec:
              hovertemplate="interval %{x:.3g} min: %{y:.2f}%<extra></extra>"),
         dict(type="scatter", mode="markers", name="Young sqrt(2 d M), Daly optimum",
              x=[young / MINUTE, daly / MINUTE],
-             y=[100 * goodput(young, *args), 100 * goodput(daly, *args)],
+             y=[100 * expected_goodput(young, *args), 100 * expected_goodput(daly, *args)],
              marker=dict(color="#54A24B", size=10, symbol=["circle", "diamond"]),
              hovertemplate="%{x:.3g} min: %{y:.2f}%<extra></extra>"),
         dict(type="scatter", mode="markers", name="your interval" if st.chosen else "shown",
-             x=[st.interval_s / MINUTE], y=[100 * goodput(st.interval_s, *args)],
+             x=[st.interval_s / MINUTE], y=[100 * expected_goodput(st.interval_s, *args)],
              marker=dict(color="#E45756", size=13, symbol="x"),
              hovertemplate="%{x:.3g} min: %{y:.2f}%<extra></extra>"),
     ]
@@ -88,7 +86,7 @@ def figure_spec(st: GoodputState) -> Spec:
 
 def summary_html(st: GoodputState) -> str:
     args = (st.stall_s, st.restart_s, st.mtbf_s)
-    g, w = goodput(st.interval_s, *args), waste(st.interval_s, *args)
+    g, w = expected_goodput(st.interval_s, *args), waste(st.interval_s, *args)
     young = young_interval(st.stall_s, st.mtbf_s)
     which = "your interval" if st.chosen else "the Daly optimum"
     return (f"At {which}, {st.interval_s / MINUTE:.3g} min: goodput <b>{g:.1%}</b>. Waste, first "

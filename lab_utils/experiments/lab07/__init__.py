@@ -1,8 +1,10 @@
-"""Lab 07's experiments (pipeline parallelism): what the notebook, tests, benchmark and exercises launch.
+"""Lab 07's experiments (pipeline parallelism): what the notebook, tests and benchmark run.
 
     pipeline.py         the from-scratch schedules on real ranks: gradients, bubble, memory, bytes
     sim.py              simulated compute and the observer that times the StageWorkers from outside
-    torch_pipeline.py   torch.distributed.pipelining's schedules, timed inside the stages; replay
+    torch_pipeline.py   torch.distributed.pipelining's schedules, timed inside the stages; replay;
+                        TORCH_CONFIG (the model those runs use)
+    tables.py           each schedule's formula beside its measurement, as table rows
 """
 from lab_utils.experiments.lab07.pipeline import (PP_CONFIG, PipelineRun, StageRun, grad_error,
                                                   make_batch, merge, p2p_bytes_formula,

@@ -25,8 +25,10 @@ from lab_utils.experiments.lab07.pipeline import make_batch
 from lab_utils.experiments.lab07.sim import SimCompute
 from lab_utils.measure import Timeline
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.pipeline_parallel.torch_schedules import (TORCH_CONFIG, TORCH_SCHEDULES,
-                                                                  build_schedule, stage_ids)
+from lab_utils.parallel.pipeline_parallel.torch_schedules import (TORCH_SCHEDULES, build_schedule,
+                                                                  stage_ids)
+
+TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 
 
 class _SimF(torch.autograd.Function):

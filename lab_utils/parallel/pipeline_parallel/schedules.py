@@ -153,24 +153,3 @@ SCHEDULES: dict[str, tuple[Callable, int, bool]] = {
     "zb-h2": (zb_h2, 1, True),
 }
 
-
-# Lab 07's experiment code (SimCompute, pipeline_step, reference_grads, ...) moved to
-# lab_utils.experiments.lab07; these names stay importable from here for the exercise
-# lab_utils/exercises/onef1b_order.py, with pipeline_step's old dict result.
-from lab_utils.parallel.pipeline_parallel.stage import PipelineStuck  # noqa: E402,F401
-_MOVED = ("SimCompute", "reference_grads", "make_batch", "PP_CONFIG", "run_pipeline")
-
-
-def __getattr__(name: str):
-    from lab_utils.experiments import lab07
-    if name == "pipeline_step":
-        return _pipeline_step_as_dict
-    if name in _MOVED:
-        return getattr(lab07, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _pipeline_step_as_dict(ctx, *args, **kwargs) -> dict:
-    from dataclasses import asdict
-    from lab_utils.experiments.lab07 import pipeline_step
-    return asdict(pipeline_step(ctx, *args, **kwargs))

@@ -16,10 +16,8 @@ from typing import Any, Callable, Sequence
 
 from torch import nn
 
-from lab_utils.models import GPTConfig
 from lab_utils.parallel.pipeline_parallel.stage import stage_position
 
-TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 # name -> (class in torch.distributed.pipelining, chunks per rank v, placement, backward split
 # into B = input gradient, sent on at once, and a deferred W = weight gradient?)
 TORCH_SCHEDULES = {
@@ -50,11 +48,3 @@ def build_schedule(name: str, modules: Sequence[nn.Module], ids: Sequence[int], 
     cls = getattr(pipelining, cls_name)
     return cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
 
-
-def __getattr__(name: str):
-    # ``replay`` moved to lab_utils.experiments.lab07.torch_pipeline; kept importable from here
-    # for lab_utils/exercises/onef1b_order.py.
-    if name == "replay":
-        from lab_utils.experiments.lab07.torch_pipeline import replay
-        return replay
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

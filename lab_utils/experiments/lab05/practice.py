@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.experiments.lab05 import LR, mean_over_ranks, apply_fully_shard
+from lab_utils.experiments.common import mean_over_ranks
+from lab_utils.experiments.lab05.sharding import LR, apply_fully_shard
 from lab_utils.measure import CommLedger, WireMeter, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.parallel.fsdp import FSDP, clip_grad_norm_

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.data import token_batches
+from lab_utils.experiments.common import rank_batches
 from lab_utils.measure import CommLedger
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.parallel.local_sgd import DiLoCo
@@ -34,8 +35,7 @@ def low_communication(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
                       lr: float = 3e-3) -> dict[str, LowComm]:
     """Each method trains TinyGPT(seed 0) with AdamW for ``steps`` steps on the same global
     batches (this rank's shard), syncing every step or every ``every`` steps."""
-    batches = token_batches(steps, batch_per_rank * ctx.world_size, cfg.seq_len, cfg.vocab_size,
-                            seed=1)
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps)  # this rank's share of each batch
     held_x, held_y = token_batches(1, 16, cfg.seq_len, cfg.vocab_size, seed=99)[0]
     out = {}
     for name, outer in METHODS.items():
@@ -44,8 +44,7 @@ def low_communication(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
         algo = None if outer is None else DiLoCo(model, inner, every, *outer, group=ctx.group)
         curve = []
         with CommLedger() as ledger:
-            for i, batch in enumerate(batches):
-                x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
+            for i, (x, y) in enumerate(shards):
                 default_loss(model(x), y).backward()
                 if algo is None:
                     grads = [p.grad for p in model.parameters()]

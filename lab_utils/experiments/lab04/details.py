@@ -9,7 +9,7 @@
     stale_sgd(k, steps)                     8: asynchronous SGD simulated in one process
 
 Rank workers run on every rank (``lab_utils.run``) and return small dataclasses; stale_sgd runs
-in the notebook's own process. The shared pieces (DDPRun, train_step) are in lab04.py.
+in the notebook's own process. The shared pieces (DDPRun, train_step) are in ddp.py.
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lab_utils.data import regression_batches, shard_for_rank
-from lab_utils.experiments.lab04 import LR, DDPRun, _global_mean, _my_batches, _sgd_step, train_step
+from lab_utils.experiments.common import mean_over_ranks, rank_batches, sgd_step
+from lab_utils.experiments.lab04.ddp import LR, DDPRun, train_step
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP, SyncBatchNorm1d
 from lab_utils.reference import default_loss, make_optimizer
@@ -44,7 +45,7 @@ def buffers_follow_rank0(ctx: Any) -> dict[bool, torch.Tensor]:
             ddp.zero_grad()
             default_loss(ddp(x), y).backward()
             ddp.finish_gradient_synchronization()
-            _sgd_step(ddp, lr=0.1)
+            sgd_step(ddp, lr=0.1)
         ddp.eval()
         with torch.no_grad():
             out[bcast] = ddp(batches[0][0])  # eval: running stats, no update
@@ -200,7 +201,7 @@ def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
 
     if steps <= POWERSGD_START:
         raise ValueError(f"steps must exceed {POWERSGD_START} (PowerSGD's first steps are plain)")
-    shards = _my_batches(ctx, cfg, batch_per_rank, steps)
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps)
     out = {}
     for hook in hooks:
         ddp = DistributedDataParallel(TinyGPT(cfg, seed=0))
@@ -216,7 +217,7 @@ def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
                     run.wire_bytes = wire.sent
                 else:
                     run.losses.append(train_step(ddp, opt, x, y))
-        run.losses = _global_mean(run.losses, ctx.group)
+        run.losses = mean_over_ranks(run.losses, ctx.group)
         out[hook] = run
     return out
 

@@ -7,25 +7,25 @@
     step_timeline(ctx, cfg, batch, cap)     4c: a measured timeline of one step
     step_times(ctx, cfg, batch, steps, ..)  4d: wall and CPU time per step, and a bucket-size sweep
     overlap_fraction(events, rank)          4c: share of all-reduce time inside backward
-Sections 5-8 (buffers, SyncBatchNorm, no_sync, hooks, asynchronous SGD): lab04_details.py.
+Sections 5-8 (buffers, SyncBatchNorm, no_sync, hooks, asynchronous SGD): details.py.
 
 Every function runs on every rank (``lab_utils.run(fn, N, ...)``) and returns small dataclasses.
 Implementations: "naive" (NaiveDDP), "bucket" (BucketDDP), "torch" (DistributedDataParallel).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lab_utils.data import regression_batches, shard_for_rank, token_batches
+from lab_utils.data import regression_batches
+from lab_utils.experiments.common import mean_over_ranks, no_span, rank_batches, sgd_step
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, lm_loss
 from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP
 from lab_utils.reference import default_loss, make_optimizer
@@ -69,11 +69,6 @@ def make_ddp(impl: str, model: nn.Module, bucket_cap_bytes: int = 25 * 2**20) ->
     raise ValueError(f"unknown implementation {impl!r}; choose one of {IMPLS}")
 
 
-@contextlib.contextmanager
-def _no_span(name: str) -> Iterator[None]:
-    yield
-
-
 def sync_gradients(ddp: nn.Module) -> None:
     """Our classes all-reduce (naive) or wait for the bucket all-reduces (bucketed) here; torch
     DDP has already done both inside backward."""
@@ -82,7 +77,7 @@ def sync_gradients(ddp: nn.Module) -> None:
 
 
 def train_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               span: Callable[[str], Any] = _no_span) -> float:
+               span: Callable[[str], Any] = no_span) -> float:
     opt.zero_grad(set_to_none=True)
     with span("forward"):
         loss = lm_loss(ddp(x), y)
@@ -95,30 +90,7 @@ def train_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: t
     return loss.item()
 
 
-def _my_batches(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
-                seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's shard of each global batch (token_batches(..., seed) is the same everywhere)."""
-    n = ctx.world_size
-    batches = token_batches(steps, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=seed)
-    return [shard_for_rank(b, ctx.rank, n) for b in batches]
-
-
-def _global_mean(values: list[float], group: Any) -> list[float]:
-    """Mean over ranks of per-rank values (equal shards: the global-batch mean loss)."""
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, group=group)
-    return (t / dist.get_world_size(group)).tolist()
-
-
 # --- section 3: the hang --------------------------------------------------------------------
-
-def _sgd_step(model: nn.Module, lr: float) -> None:
-    """Plain SGD by hand (no torch.optim import needed for these small loops)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p -= lr * p.grad
-
 
 def uneven_epoch(ctx: Any, n_samples: int, batch_size: int) -> int:
     """Rank r takes samples r, r+N, ... by hand, WITHOUT padding: with 5 samples on 2 ranks and
@@ -134,7 +106,7 @@ def uneven_epoch(ctx: Any, n_samples: int, batch_size: int) -> int:
         default_loss(ddp(x_all[idx]), y_all[idx]).backward()  # launches the async all-reduce
         print(f"step {step}: waiting for the gradient all-reduce", flush=True)
         ddp.finish_gradient_synchronization()  # the rendezvous: wait for every rank's part
-        _sgd_step(ddp, lr=0.1)
+        sgd_step(ddp, lr=0.1)
     return n_steps
 
 
@@ -146,7 +118,7 @@ def exactness(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
     """Train each implementation ``steps`` AdamW steps from TinyGPT(seed=0) on this rank's shards,
     in each dtype. Returns {(impl, dtype name): DDPRun(losses, grads of step 0)}."""
     out = {}
-    shards = _my_batches(ctx, cfg, batch_per_rank, steps)
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps)
     for dtype in dtypes:
         for impl in IMPLS:
             ddp = make_ddp(impl, TinyGPT(cfg, seed=0).to(dtype))
@@ -156,7 +128,7 @@ def exactness(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
                 run.losses.append(train_step(ddp, opt, x, y))
                 if i == 0:  # the averaged gradient of the first global batch, before any update
                     run.grads = {n: p.grad.clone() for n, p in ddp.module.named_parameters()}
-            run.losses = _global_mean(run.losses, ctx.group)
+            run.losses = mean_over_ranks(run.losses, ctx.group)
             out[impl, str(dtype).removeprefix("torch.")] = run
     return out
 
@@ -168,7 +140,7 @@ def bytes_per_step(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
     from lab_utils.measure import CommLedger, WireMeter
 
     out = {}
-    shards = _my_batches(ctx, cfg, batch_per_rank, 2)
+    shards = rank_batches(ctx, cfg, batch_per_rank, 2)
     for impl in IMPLS:
         ddp = make_ddp(impl, TinyGPT(cfg, seed=0), bucket_cap_bytes)
         opt = make_optimizer(ddp.parameters(), "adamw", LR)
@@ -189,7 +161,7 @@ def step_timeline(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
     from lab_utils.measure import CommLedger, Timeline
 
     out = {}
-    shards = _my_batches(ctx, cfg, batch_per_rank, 2)
+    shards = rank_batches(ctx, cfg, batch_per_rank, 2)
     for impl in IMPLS:
         ddp = make_ddp(impl, TinyGPT(cfg, seed=0), bucket_cap_bytes)
         opt = make_optimizer(ddp.parameters(), "adamw", LR)
@@ -226,7 +198,7 @@ def step_times(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, bucket
     """Wall and CPU time per step of the three implementations, interleaved step by step (a busy
     moment of the machine hits all three), after one warm-up step; then BucketDDP's step time
     at each bucket cap in ``sweep_caps``."""
-    shards = _my_batches(ctx, cfg, batch_per_rank, steps + 1)
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps + 1)
     ddps = {impl: make_ddp(impl, TinyGPT(cfg, seed=0), bucket_cap_bytes) for impl in IMPLS}
     opts = {impl: make_optimizer(d.parameters(), "adamw", LR) for impl, d in ddps.items()}
     runs = {impl: DDPRun(impl) for impl in IMPLS}

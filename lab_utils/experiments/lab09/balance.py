@@ -5,7 +5,7 @@
         tokens and buffer sizes per capacity factor
 
 Expert parallelism over the whole world (``lab_utils.parallel.expert_parallel``); the shapes and
-the synthetic tokens are lab 09's (``lab09.MoEShape``, ``tokens_for``).
+the synthetic tokens are lab 09's (``shape.py``: ``MoEShape``, ``tokens_for``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from lab_utils.experiments.lab09 import MoEShape, _teacher, tokens_for
+from lab_utils.experiments.lab09.shape import MoEShape, teacher, tokens_for
 from lab_utils.parallel.expert_parallel import ExpertParallelMoE, expert_capacity
 
 
@@ -35,7 +35,7 @@ def balance_run(ctx, aux_coefs: tuple[float, ...] = (0.0, 1.0), steps: int = 30,
     assignments dropped, rows the busiest rank receives, and the (E, C, h) buffer a
     fixed-shape implementation would allocate."""
     n, E, k = ctx.world_size, shape.n_experts, shape.top_k
-    A = _teacher(shape)
+    A = teacher(shape)
     per_step, aux_hist, cap_rows = {}, {}, []
     for coef in aux_coefs:
         moe = ExpertParallelMoE(shape.d_model, shape.d_hidden, E, k, None, group=ctx.group,

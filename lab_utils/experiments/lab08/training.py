@@ -1,5 +1,5 @@
 """Lab 08's experiments on ranks: 2D (dp x tp) and 3D (dp x tp x pp) training of TinyGPT against
-one process, each mesh axis's traffic by ledger AND wire, one rank's step traced (ring attention: ``lab08_ring.check_ring``).
+one process, each mesh axis's traffic by ledger AND wire, one rank's step traced.
 
     experiments_2d(ctx, steps, ...)   {variant: Run2D}: "torch" = compose.apply_tp + apply_fsdp
                                       (DTensor, FSDP2), "ours" = apply_tp_ours + sync_dp_grads

@@ -8,7 +8,7 @@
     amp_step(...)                the practitioner's AMP step: autocast + GradScaler
     autocast_dtypes(model, ...)  the dtype of every op's output under autocast, by a dispatch hook
 
-FP8 lives in lab02_fp8.py, checkpointing / accumulation / large batches in lab02_memory.py.
+FP8 lives in fp8.py, checkpointing / accumulation / large batches in memory.py.
 """
 from __future__ import annotations
 

@@ -1,20 +1,21 @@
 """Goodput: the share of wall-clock time that trains the model, under failures (lab 11).
 
-Pure Python (no torch): a calculator, a simulation that checks it, and the Llama 3 record.
-(A calculator like those of lab_utils.calc; it lives here until calc/ takes it in.)
+Pure Python (no torch): the formulas, a simulation that checks them, and the Llama 3 record.
+Used by lab 11's notebook and by the goodput explorer (lab_utils/viz/goodput_explorer.py).
+Every input goes through calc's checks: a bad one raises ValueError naming the argument.
 
 A job computes for tau seconds, then stalls delta seconds to checkpoint, and repeats. Failures
 arrive at random (a Poisson process, mean time between failures M for the WHOLE job). A failure
 loses the work since the last complete checkpoint and costs R seconds to restart (detect, stop
 the survivors, reschedule, start the processes, reload the checkpoint).
 
-    goodput(tau, delta, R, M)        exact expected value for exponential failures, including
-                                     failures during checkpoints and restarts (Daly 2006, eq. 13):
-                                     useful / wall = tau / (M e^(R/M) (e^((tau+delta)/M) - 1))
-    goodput_first_order(...)         1 - delta/tau - (tau + delta)/(2M) - R/M: the three wastes
-                                     (checkpoint stalls, half an interval lost per failure, restarts)
-    young_interval(delta, M)         sqrt(2 delta M)           (Young 1974): minimises the first order
-    daly_interval(delta, M)          Daly 2006's higher-order optimum
+    expected_goodput(tau, delta, R, M)  exact expected value for exponential failures, including
+                                 failures during checkpoints and restarts (Daly 2006, eq. 13):
+                                 useful / wall = tau / (M e^(R/M) (e^((tau+delta)/M) - 1))
+    goodput_first_order(...)     1 - delta/tau - (tau + delta)/(2M) - R/M: the three wastes
+                                 (checkpoint stalls, half an interval lost per failure, restarts)
+    young_interval(delta, M)     sqrt(2 delta M) (Young 1974): minimises the first order
+    daly_interval(delta, M)      Daly 2006's higher-order optimum
     simulate(tau, delta, R, M, ...)  a discrete-event run with injected (random) failures
 
 Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval", CACM
@@ -28,7 +29,14 @@ import math
 import random
 from dataclasses import dataclass
 
-HOUR, DAY = 3600.0, 86400.0
+from lab_utils.calc._check import fields, nonneg_num, number, pos_int, pos_num, text, whole
+
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+
+TAU = "tau (the checkpoint interval: seconds of compute between checkpoints)"
+DELTA = "delta (the checkpoint stall, seconds)"
+RESTART = "restart (the restart time R, seconds)"
+MTBF = "mtbf (the mean time between failures M of the whole job, seconds)"
 
 
 @dataclass(frozen=True)
@@ -36,11 +44,19 @@ class InterruptionRecord:
     """A published interruption record: `unexpected` failures in `days` of training."""
 
     name: str
-    days: float
-    interruptions: int
-    unexpected: int
+    days: float             # the length of the record
+    interruptions: int      # every interruption of the job, planned ones included
+    unexpected: int         # the failures: the interruptions nobody planned
     gpus: int
     source: str
+
+    def __post_init__(self) -> None:
+        fields(self, text, ("name", "source"))
+        fields(self, pos_num, ("days",))
+        fields(self, pos_int, ("interruptions", "unexpected", "gpus"))
+        if self.unexpected > self.interruptions:
+            raise ValueError(f"InterruptionRecord.unexpected={self.unexpected} exceeds "
+                             f"InterruptionRecord.interruptions={self.interruptions}")
 
     @property
     def mtbf_s(self) -> float:
@@ -55,24 +71,17 @@ LLAMA3_405B = InterruptionRecord(
            "more than 90% effective training time")
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'} seconds, got {value!r}")
-    return float(value)
+def _inputs(tau: float, delta: float, restart: float, mtbf: float) -> tuple[float, ...]:
+    return (pos_num(TAU, tau), nonneg_num(DELTA, delta), nonneg_num(RESTART, restart),
+            pos_num(MTBF, mtbf))
 
 
-def _check(tau: float, delta: float, restart: float, mtbf: float) -> None:
-    _positive("the checkpoint interval tau", tau)
-    _positive("the checkpoint stall delta", delta, allow_zero=True)
-    _positive("the restart time R", restart, allow_zero=True)
-    _positive("the mean time between failures M", mtbf)
+def expected_goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
+    """Expected useful fraction of wall time, exponential failures (lab 11).
 
-
-def goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
-    """Expected useful fraction of wall time (Daly 2006's complete model, exponential failures)."""
-    _check(tau, delta, restart, mtbf)
+    tau / (M e^(R/M) (e^((tau + delta)/M) - 1)): Daly 2006's complete model, eq. 13, which
+    counts failures during checkpoints and restarts too. All arguments in seconds."""
+    tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     x = (tau + delta) / mtbf
     if x > 700 or restart / mtbf > 700:   # e^x overflows: the job essentially never finishes
         return 0.0
@@ -80,22 +89,22 @@ def goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
 
 
 def goodput_first_order(tau: float, delta: float, restart: float, mtbf: float) -> float:
-    """1 - delta/tau - (tau + delta)/(2M) - R/M: valid while every term is small."""
-    _check(tau, delta, restart, mtbf)
+    """1 - delta/tau - (tau + delta)/(2M) - R/M: the first-order expansion of ``expected_goodput``
+    (Young 1974's waste terms plus restarts), valid while every term is small (lab 11)."""
+    tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     return 1.0 - delta / tau - (tau + delta) / (2 * mtbf) - restart / mtbf
 
 
 def young_interval(delta: float, mtbf: float) -> float:
-    """sqrt(2 delta M): the tau that minimises delta/tau + tau/(2M) (Young 1974)."""
-    _positive("the checkpoint stall delta", delta)
-    _positive("the mean time between failures M", mtbf)
+    """sqrt(2 delta M): the tau that minimises delta/tau + tau/(2M) (Young 1974; lab 11)."""
+    delta, mtbf = pos_num(DELTA, delta), pos_num(MTBF, mtbf)
     return math.sqrt(2 * delta * mtbf)
 
 
 def daly_interval(delta: float, mtbf: float) -> float:
-    """Daly 2006, eq. 37: sqrt(2dM) [1 + sqrt(d/2M)/3 + (d/2M)/9] - d for d < 2M, else M."""
-    _positive("the checkpoint stall delta", delta)
-    _positive("the mean time between failures M", mtbf)
+    """Daly 2006, eq. 37: sqrt(2dM) [1 + sqrt(d/2M)/3 + (d/2M)/9] - d for d < 2M, else M
+    (d = delta, the stall; the interval that maximises ``expected_goodput``; lab 11)."""
+    delta, mtbf = pos_num(DELTA, delta), pos_num(MTBF, mtbf)
     if delta >= 2 * mtbf:
         return mtbf
     r = delta / (2 * mtbf)
@@ -116,7 +125,8 @@ class Waste:
 
 
 def waste(tau: float, delta: float, restart: float, mtbf: float) -> Waste:
-    _check(tau, delta, restart, mtbf)
+    """The three first-order wastes: delta/tau, (tau + delta)/(2M), R/M (Young 1974; lab 11)."""
+    tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     return Waste(delta / tau, (tau + delta) / (2 * mtbf), restart / mtbf)
 
 
@@ -144,9 +154,11 @@ def simulate(tau: float, delta: float, restart: float, mtbf: float, horizon: flo
     Failure times are drawn from an exponential distribution of mean `mtbf` (random.Random(seed):
     reproducible). A failure can strike while computing, while checkpointing (that checkpoint
     does not count) or while restarting (the restart starts over). Work counts as useful only
-    once a checkpoint that holds it is complete."""
-    _check(tau, delta, restart, mtbf)
-    _positive("the horizon", horizon)
+    once a checkpoint that holds it is complete. SIMULATED time: it checks ``expected_goodput``
+    (lab 11)."""
+    tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
+    horizon = number("horizon (simulated wall time, seconds)", horizon, 0, lo_open=True)
+    seed = whole("seed", seed, 0)
     rng = random.Random(seed)
     t, useful, failures, ckpts, lost, restarting, stalled = 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0
     next_failure = rng.expovariate(1 / mtbf)

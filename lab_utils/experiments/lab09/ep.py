@@ -1,5 +1,4 @@
-"""Lab 09's experiments: expert parallelism against the dense reference, on a 2D mesh, and the
-router's load balance (``lab09_balance.balance_run``).
+"""Lab 09's expert-parallel experiments: EP against the dense reference, and on a 2D mesh.
 
     ep_checks(ctx, sizes)          EP at each size in ``sizes`` (sub-groups of the world) vs the
                                    single-process MoELayer: forward, gradients, all-to-all bytes
@@ -19,39 +18,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from lab_utils.experiments.lab09.shape import MoEShape, probe_for, teacher, tokens_for
 from lab_utils.parallel.expert_parallel import ExpertParallelMoE, MoELayer
-
-
-@dataclass(frozen=True)
-class MoEShape:
-    """The toy MoE of the lab: h = d_model, f = expert hidden, E experts, top-k, T tokens/rank."""
-
-    d_model: int = 16
-    d_hidden: int = 32
-    n_experts: int = 8
-    top_k: int = 2
-    tokens: int = 24
-    capacity_factor: float | None = 1.0
-    skew: float = 1.0  # a shared offset in every token: the router starts unbalanced
-    seed: int = 0
-
-
-def tokens_for(shape: MoEShape, source: int, step: int = 0) -> torch.Tensor:
-    """The (T, h) tokens of data-parallel source ``source`` at ``step`` (any rank can make any)."""
-    g = torch.Generator().manual_seed(10_000 * step + source + 1)
-    offset = torch.randn(shape.d_model, generator=torch.Generator().manual_seed(123))
-    return shape.skew * offset + torch.randn(shape.tokens, shape.d_model, generator=g)
-
-
-def _teacher(shape: MoEShape) -> torch.Tensor:
-    """A fixed (h, h) matrix: the regression target of the training runs is tanh(x A) / 2."""
-    return torch.randn(shape.d_model, shape.d_model, generator=torch.Generator().manual_seed(5))
-
-
-def probe_for(shape: MoEShape, source: int) -> torch.Tensor:
-    """A fixed random (T, h) direction: loss = sum(y * probe), so every output element matters."""
-    return torch.randn(shape.tokens, shape.d_model, generator=torch.Generator().manual_seed(
-        777 + source))
 
 
 def _blocks(world: int, n: int) -> list[list[int]]:
@@ -223,7 +191,7 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
                             shape.capacity_factor, group=ep_group, seed=shape.seed)
     dense = MoELayer(shape.d_model, shape.d_hidden, shape.n_experts, shape.top_k,
                      shape.capacity_factor, seed=shape.seed)
-    target = lambda x: torch.tanh(x @ _teacher(shape)) / 2  # noqa: E731 - what y should learn
+    target = lambda x: torch.tanh(x @ teacher(shape)) / 2  # noqa: E731 - what y should learn
     scale = 1 / (world * shape.tokens)                     # the mean over all tokens
     losses, ref_losses, ledger = [], [], None
     for step in range(steps):

@@ -4,8 +4,8 @@
                                       ranks, real compute and simulated devices, in ONE launch
     bottleneck_worker(ctx, ...)       2 ranks: a compute-bound vs a communication-bound step
                                       (Timeline + CommLedger); a measured pipeline bubble
-    matmul_rates(sizes)               FLOP/s of square matmuls in this process (small = slow)
-    loader_experiment(...)            a data loader that sleeps, fixed by prefetching
+
+(The in-process experiments, matmul rates and the slow data loader, are in local.py.)
 
 Timing rules, because the labs run on shared laptops: every time is the BEST of several steps
 (the one least disturbed by other programs); in-process benchmarks use this thread's CPU time.
@@ -23,19 +23,23 @@ import torch.distributed as dist
 
 from lab_utils.calc import fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.exercises.fit_serial_fraction import StepLog
-from lab_utils.parallel.data_parallel import BucketDDP
+from lab_utils.experiments.common import sgd_step
+from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.measure import CommLedger, Timeline
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params, lm_loss
-# the in-process experiments (one core, no ranks), re-exported for the lab
-from lab_utils.experiments.lab10_local import (SCALING_CONFIG, LoaderStats,  # noqa: F401
-                                               MatmulRate, SlowDataset, background_prefetch,
-                                               loader_experiment, matmul_rates, one_thread,
-                                               sgd_step)
+from lab_utils.parallel.data_parallel import BucketDDP
 
 
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """One run's logged step times: the input of the fit_serial_fraction exercise."""
+
+    n: int                      # ranks (devices) of this run
+    step_s: tuple[float, ...]   # every logged step, in order; step 0 is the warm-up
 
 
 @dataclass(frozen=True)

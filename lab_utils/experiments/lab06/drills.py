@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_utils.data import token_batches
-from lab_utils.experiments.lab06 import maxdiff
+from lab_utils.experiments.lab06.tp import maxdiff
 from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger
 from lab_utils.measure.simulated_link import simulated_link

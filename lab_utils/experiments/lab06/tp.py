@@ -7,7 +7,7 @@
     activation_bytes(ctx, cfg, batch)     saved activations of one layer, TP with / without SP
     vocab_parallel(ctx, cfg, batch)       embeddings and loss split by vocabulary vs gathered
 
-The drills (DTensor comparison, dropout seeding, slow link, thin matmuls) are in lab06_drills;
+The drills (DTensor comparison, dropout seeding, slow link, thin matmuls) are in drills.py;
 ``unshard`` (a TP model's full weights or grads under the original names) in experiments.unshard.
 
 Measurement stays outside the technique: CommLedger sees the collectives (formula bytes of what

@@ -1,4 +1,4 @@
-"""Production drills (lab 11), part 2: jobs that break without crashing.
+"""Lab 11's faults: jobs that break without crashing.
 
     nan_drill          one bad sample makes every rank's weights NaN; a guard names rank + sample
     divergence_drill   replicas that silently drift apart, caught with a checksum all-gather

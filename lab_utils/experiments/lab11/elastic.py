@@ -1,4 +1,4 @@
-"""Production drills (lab 11), part 3: jobs under plain torchrun, and what checkpoints cost.
+"""Lab 11's jobs under plain torchrun, and what a checkpoint save stalls.
 
     elastic_train     one attempt of an elastic job (scripts/elastic_train.py under torchrun
                       --max-restarts): resumes from the newest complete DCP checkpoint, injects a
@@ -25,12 +25,12 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank
-from lab_utils.experiments.lab11 import (RunConfig, _data, _train, build, latest_checkpoint,
-                                         TrainLog)
+from lab_utils.experiments.lab11.training import (RunConfig, TrainLog, build, latest_checkpoint,
+                                                  run_data, train_loop)
 from lab_utils.models import GPTConfig
 from lab_utils.reference import default_loss
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPTS = os.path.join(REPO, "scripts")
 
 
@@ -54,7 +54,7 @@ def elastic_train(ctx, cfg: RunConfig, root: str, log_dir: str, crash=None,
     now = time.time()
     record({"kind": "startup", "start": started_at or now, "end": now, "rank": ctx.rank})
     last = latest_checkpoint(root)
-    log = _train(ctx, cfg, root, resume_from=last, crash=crash if attempt == 0 else None,
+    log = train_loop(ctx, cfg, root, resume_from=last, crash=crash if attempt == 0 else None,
                  record=record)[0]
     record({"kind": "done", "start": time.time(), "end": time.time(), "rank": ctx.rank,
             "resumed_from": os.path.basename(last) if last else None, "losses": log.losses})
@@ -130,7 +130,7 @@ def torchrun_command(script: str, nproc: int, log_dir: str, max_restarts: int = 
 
 
 PRELOAD = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
-           "lab_utils.experiments.lab11_elastic")
+           "lab_utils.experiments.lab11.elastic")
 
 
 def _env(extra: dict | None) -> dict:
@@ -243,7 +243,7 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
     out = []
     for mode in modes:
         model, opt, _ = build(cfg)
-        x, y = shard_for_rank(_data(cfg)[:2], ctx.rank, ctx.world_size)
+        x, y = shard_for_rank(run_data(cfg)[:2], ctx.rank, ctx.world_size)
         steps_s, stall, complete, pending, nbytes = [], [], [], None, 0
         for step in range(steps):
             dist.barrier(group=ctx.group)

@@ -9,7 +9,7 @@
     mixed_precision_reference(...)                 ONE process doing FSDP's casts (the check)
 
 Gradient accumulation and the practitioner's idioms (meta-device init, clipping, HSDP) are in
-``lab05_practice``.
+``practice.py``.
 
 Every technique observed here is used as a learner would use it; measurement stays outside:
 CommLedger sees the collectives, ModuleSpans the compute, model_state_bytes the storages.
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.experiments.common import mean_over_ranks
 from lab_utils.measure import CommLedger, Timeline, WireMeter, model_state_bytes
 from lab_utils.measure.spans import ModuleSpans
 from lab_utils.models import GPTConfig, TinyGPT
@@ -102,16 +102,6 @@ def apply_fully_shard(model: TinyGPT, group: Any = None, reshard_after_forward: 
                 (None if reshard_after_forward else False), **kw)
 
 
-def _nothing() -> Any:
-    return contextlib.nullcontext()
-
-
-def mean_over_ranks(values: list[float], group: Any) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
-    return t.tolist()
-
-
 def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
                    names: tuple[str, ...] = tuple(VARIANTS)) -> dict[str, TrainResult]:
     """Train each variant ``steps`` AdamW steps on the same global batches (each rank its
@@ -124,7 +114,8 @@ def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
         for i, batch in enumerate(batches):
             x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
             last = i == steps - 1
-            with ledger if last else _nothing(), wire if last else _nothing():
+            with ledger if last else contextlib.nullcontext(), \
+                    wire if last else contextlib.nullcontext():
                 zero_grad()
                 loss = default_loss(model(x), y)
                 loss.backward()

@@ -1,4 +1,4 @@
-"""Production drills (lab 11), part 1: checkpoint, crash, restart, resume exactly.
+"""Lab 11's training run: FSDP2 with DCP checkpoints, a crash, a restart, an exact resume.
 
 Sharded checkpoints, torch.distributed.checkpoint (DCP) with FSDP2:
     dcp.save(state, checkpoint_id=path)   # rank r writes ONLY its shards: __<r>_0.distcp
@@ -9,8 +9,8 @@ Exact resume needs everything that decides the next step: weights, optimizer and
 state, the step, the data position and every rank's RNG state.
 
     train_run        FSDP2 training, a DCP checkpoint every k steps, optional injected crash
-    checkpoint_drill uninterrupted reference + incomplete resumes + sharded vs rank-0 save
-Under torchrun (elastic restart, save stalls): lab11_elastic.py; faults: lab11_faults.py.
+    train_loop       the loop behind train_run and elastic.elastic_train
+    train_state / restore / latest_checkpoint   what a checkpoint holds, and reading it back
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.experiments.lab11_faults import dp_step, param_checksum  # noqa: F401 (find_the_hang)
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.reference import default_loss, make_optimizer
 
@@ -126,7 +125,8 @@ def full_fingerprint(model, opt) -> str:
     return h.hexdigest()
 
 
-def _data(cfg: RunConfig):
+def run_data(cfg: RunConfig):
+    """The run's samples and a fixed evaluation batch: (inputs, targets, eval_x, eval_y)."""
     m = cfg.model
     (inputs, targets), = token_batches(1, cfg.n_samples, m.seq_len, m.vocab_size, seed=cfg.seed + 1,
                                        noise=0.1)
@@ -153,16 +153,16 @@ class TrainLog:
     events: list[dict] = field(default_factory=list)     # {kind, start, end, step}: load/step/save
 
 
-def _train(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
-           what=("rng", "data"), crash: tuple[int, int] | None = None, fingerprint_at=None,
-           record: Callable[[dict], None] | None = None):
+def train_loop(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
+               what=("rng", "data"), crash: tuple[int, int] | None = None,
+               fingerprint_at=None, record: Callable[[dict], None] | None = None):
     """The training loop behind train_run and elastic_train; returns (TrainLog, model, opt)."""
     import torch.distributed.checkpoint as dcp
 
     torch.manual_seed(cfg.seed + 1 + ctx.rank)  # per-rank RNG stream: ranks need different dropout
     model, opt, sched = build(cfg)
     loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
-    inputs, targets, eval_x, eval_y = _data(cfg)
+    inputs, targets, eval_x, eval_y = run_data(cfg)
     log = TrainLog(start=0)
 
     def note(kind: str, t0: float, **extra) -> None:
@@ -208,93 +208,4 @@ def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = N
     """FSDP2 training, a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
     resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
     crash=(rank, step): that rank dies (os._exit) between its forward and its backward."""
-    return _train(ctx, cfg, root, resume_from, what, crash, fingerprint_at)[0]
-
-
-# ----------------------------------------------------------------------------- one launch
-@dataclass(frozen=True)
-class SaveComparison:
-    """A sharded DCP save vs a rank-0 full save of the same state, seen from one rank."""
-    sharded_s: float
-    full_s: float
-    held_sharded: int          # tensor bytes this rank held for the sharded save (its shards)
-    held_full: int             # ... for the rank-0 save (rank 0: everything; others: 0)
-    files: dict[str, int]      # the sharded checkpoint's files and their sizes
-    full_file: int             # size of the rank-0 file (0 on other ranks)
-
-
-def compare_saves(ctx, model, opt, root: str) -> SaveComparison:
-    """Time and size a sharded DCP save against a rank-0 full save of the same state."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
-
-    def held(sd) -> int:  # bytes of the tensors this rank holds (a DTensor: its local shard)
-        return sum(held(v) if isinstance(v, dict) else getattr(v, "_local_tensor", v).nbytes
-                   for v in sd.values() if isinstance(v, (dict, torch.Tensor)))
-    times, out = [time.perf_counter()], {}
-    for how in ("sharded", "full"):
-        dist.barrier(group=ctx.group)
-        if how == "sharded":  # every rank writes its own shards
-            msd, osd = get_state_dict(model, opt)
-            dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(root, "sharded"))
-        else:                 # all-gather to rank 0 (cpu_offload: only rank 0 keeps the result)
-            msd, osd = get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True,
-                                                                            cpu_offload=True))
-            if ctx.rank == 0:
-                torch.save({"model": msd, "optim": osd}, os.path.join(root, "full_rank0.pt"))
-        dist.barrier(group=ctx.group)
-        times.append(time.perf_counter())
-        out[f"{how}_s"], out[f"held_{how}"] = times[-1] - times[-2], held({"m": msd, "o": osd})
-    files = {f: os.path.getsize(os.path.join(root, "sharded", f))
-             for f in os.listdir(os.path.join(root, "sharded"))}
-    full = os.path.getsize(os.path.join(root, "full_rank0.pt")) if ctx.rank == 0 else 0
-    return SaveComparison(files=files, full_file=full, **out)
-
-
-@dataclass(frozen=True)
-class CheckpointDrill:
-    """checkpoint_drill's result (every rank returns the same global losses)."""
-    uninterrupted: dict[int, float]   # step -> loss of the run that never crashed
-    evals: dict[int, float]           # saved step -> eval loss just before saving
-    fingerprint: str                  # full-state sha256 at fingerprint_at
-    resumed_from: str                 # the checkpoint the incomplete resumes started from
-    no_rng: dict[int, float]          # resumed without the RNG states
-    no_data: dict[int, float]         # resumed without the data position
-    saves: SaveComparison
-    stall: list = field(default_factory=list)   # lab11_elastic.save_stall's, if asked for
-
-
-def checkpoint_drill(ctx, cfg: RunConfig, good_root: str, resume_from: str,
-                     fingerprint_at: int, stall_root: str | None = None,
-                     stall_steps: int = 4) -> CheckpointDrill:
-    """One launch: the uninterrupted run (with checkpoints), two incomplete resumes from the
-    crashed job's checkpoint `resume_from` (no RNG, no data position), sharded-vs-rank-0
-    saving of the final state and, with `stall_root`, lab11_elastic.save_stall."""
-    from lab_utils.experiments.lab11_elastic import save_stall
-
-    full, model, opt = _train(ctx, cfg, good_root, fingerprint_at=fingerprint_at)
-    partial = {name: train_run(ctx, cfg, None, resume_from=resume_from, what=what).losses
-               for name, what in (("no_rng", ("data",)), ("no_data", ("rng",)))}
-    stall = save_stall(ctx, stall_root, steps=stall_steps) if stall_root else []
-    return CheckpointDrill(uninterrupted=full.losses, evals=full.evals, stall=stall,
-                           fingerprint=full.fingerprint, resumed_from=os.path.basename(resume_from),
-                           saves=compare_saves(ctx, model, opt, good_root), **partial)
-
-
-@dataclass(frozen=True)
-class Resharded:  # what reshard_load returns
-    step: int
-    eval: float
-    data: dict
-    fingerprint: str
-    lr: float
-
-
-def reshard_load(ctx, cfg: RunConfig, path: str) -> Resharded:
-    """Load a checkpoint saved on any number of ranks into THIS world size; eval, fingerprint."""
-    model, opt, sched = build(cfg)
-    loader = ShuffledLoader(cfg.n_samples, cfg.global_batch, cfg.seed)
-    step = restore(path, model, opt, sched, loader, ctx.rank, what=("data",))
-    _, _, eval_x, eval_y = _data(cfg)
-    return Resharded(step=step, eval=eval_loss(model, eval_x, eval_y), data=loader.state_dict(),
-                     fingerprint=full_fingerprint(model, opt), lr=sched.get_last_lr()[0])
+    return train_loop(ctx, cfg, root, resume_from, what, crash, fingerprint_at)[0]

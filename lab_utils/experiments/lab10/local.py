@@ -16,19 +16,10 @@ from typing import Iterable, Iterator, Sequence
 import torch
 
 from lab_utils.data import token_batches
+from lab_utils.experiments.common import sgd_step
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 
 SCALING_CONFIG = GPTConfig(vocab_size=64, seq_len=32, n_layer=2, n_head=4, d_model=64)
-
-
-def sgd_step(model: torch.nn.Module, lr: float = 0.1) -> None:
-    """Plain SGD, written out: the first torch.optim optimizer a process builds imports the
-    compiler stack (torch._dynamo, ~1.5 s per rank), which would dwarf these tiny steps."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.grad is not None:
-                p.add_(p.grad, alpha=-lr)
-                p.grad = None
 
 
 @contextlib.contextmanager

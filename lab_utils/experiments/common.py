@@ -1,0 +1,50 @@
+"""Helpers the labs' experiments share, in one place: this rank's batches, the mean over ranks,
+plain SGD written out, and a span that times nothing.
+
+Each runs on a rank (inside a function launched with ``lab_utils.run``) and uses the rank's own
+group; none holds state.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.models import GPTConfig
+
+
+def rank_batches(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
+                 seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's shard of each global batch (token_batches(..., seed) is the same everywhere)."""
+    n = ctx.world_size
+    batches = token_batches(steps, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=seed)
+    return [shard_for_rank(b, ctx.rank, n) for b in batches]
+
+
+def mean_over_ranks(values: list[float], group: Any) -> list[float]:
+    """Mean over the group's ranks of per-rank values, in float64 (equal shards: the global
+    batch's mean loss)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG, group=group)
+    return t.tolist()
+
+
+def sgd_step(model: nn.Module, lr: float = 0.1) -> None:
+    """Plain SGD, written out, then the gradients dropped: the first torch.optim optimizer a
+    process builds imports the compiler stack (torch._dynamo, ~1.5 s per rank), which would
+    dwarf these tiny steps."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-lr)
+                p.grad = None
+
+
+@contextlib.contextmanager
+def no_span(name: str) -> Iterator[None]:
+    """A span that times nothing: the default of a step that can be timed (``span("forward")``)."""
+    yield

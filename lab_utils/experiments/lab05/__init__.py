@@ -1,0 +1,18 @@
+"""Lab 05's experiments (ZeRO and FSDP): what the notebook, tests and exercises launch.
+
+    sharding.py   DDP, ZeRO-1/2, our FSDP and torch's fully_shard on the same data (losses, memory,
+                  collectives); one FSDP step unit by unit; FSDP's mixed precision and its check
+    practice.py   gradient accumulation under each kind of sharding; what the FSDP2 tutorials have
+                  you type (meta-device init, clipping sharded gradients, HSDP)
+
+The names of sharding.py are importable from here (``lab05.train_variants``); practice.py is a
+module of its own (``from lab_utils.experiments.lab05 import practice``).
+"""
+from lab_utils.experiments.lab05.sharding import (BF16, LR, TrainResult, UnitTimeline,
+                                                  apply_fully_shard, build, gathered_bytes,
+                                                  mixed_precision_reference, mixed_precision_run,
+                                                  train_variants, unit_timeline, unit_timelines)
+
+__all__ = ["LR", "BF16", "TrainResult", "build", "apply_fully_shard", "train_variants",
+           "UnitTimeline", "gathered_bytes", "unit_timeline", "mixed_precision_reference",
+           "mixed_precision_run", "unit_timelines"]
