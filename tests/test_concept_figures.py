@@ -51,10 +51,14 @@ def test_zero_partition_shards_sit_at_each_ranks_offset():
 def test_fsdp_lifecycle_order_and_held_units():
     ev = cf.fsdp_lifecycle_events(["a", "b"])
     assert ev == [("a", "all-gather"), ("a", "forward"), ("a", "free"), ("b", "all-gather"),
-                  ("b", "forward"), ("b", "backward"), ("b", "reduce-scatter"), ("b", "free"),
-                  ("a", "all-gather"), ("a", "backward"), ("a", "reduce-scatter"), ("a", "free")]
+                  ("b", "forward"), ("b", "free"), ("b", "all-gather"), ("b", "backward"),
+                  ("b", "reduce-scatter"), ("b", "free"), ("a", "all-gather"), ("a", "backward"),
+                  ("a", "reduce-scatter"), ("a", "free")]
     no_reshard = cf.fsdp_lifecycle_events(["a", "b"], reshard_after_forward=False)
     assert [a for u, a in no_reshard].count("all-gather") == 2
+    held = 0  # without resharding, both units are full from their forward to their backward
+    peaks = [held := held + {"all-gather": 1, "free": -1}.get(a, 0) for _, a in no_reshard]
+    assert max(peaks) == 2 and peaks[-1] == 0
     fig = cf.fsdp_lifecycle_figure()
     _valid(fig)
     texts = _texts(fig)
@@ -101,7 +105,7 @@ def test_mesh_links_match_topology_numbering():
     _valid(fig)
     texts = _texts(fig)
     assert all(f"rank {r}</b>" in texts for r in range(16)) and "node 1" in texts
-    assert "rank 0's group [0, 8] → <b>network</b>" in texts
+    assert "rank 0's group [0, 8]; every group across nodes: <b>network</b>" in texts
 
 
 @pytest.mark.parametrize("build, field", [

@@ -137,22 +137,21 @@ def zero_partition_figure(n_params: float = 7.5e9, recipe_name: str = "mixed_ada
 
 def fsdp_lifecycle_events(units: Sequence[str], reshard_after_forward: bool = True
                           ) -> list[tuple[str, str]]:
-    """(unit, action) in execution order, one unit at a time (no prefetch). Forward: all-gather,
-    forward, free; the last unit is kept, since backward starts with it (FSDP2's root).
-    Backward in reverse order: all-gather (if freed), backward, reduce-scatter, free."""
+    """(unit, action) in execution order, one unit at a time (no prefetch), as the hooks of
+    parallel.fsdp run for the blocks. Forward: all-gather, forward, free. Backward, units in
+    reverse: all-gather again, backward, reduce-scatter, free. ``reshard_after_forward=False``
+    keeps each unit's full weights from its forward to its backward (no second all-gather).
+    (The root unit, which wraps the whole model, is not freed after forward: not drawn.)"""
     units = sequence("units", units, text, min_len=1)
     if len(set(units)) < len(units):
         raise ValueError(f"units must be distinct names, got {units}")
     reshard = boolean("reshard_after_forward", reshard_after_forward)
     events: list[tuple[str, str]] = []
-    for i, u in enumerate(units):
-        events += [(u, "all-gather"), (u, "forward")]
-        if reshard and i < len(units) - 1:
-            events.append((u, "free"))
-    for i, u in reversed(list(enumerate(units))):
-        if reshard and i < len(units) - 1:
-            events.append((u, "all-gather"))
-        events += [(u, "backward"), (u, "reduce-scatter"), (u, "free")]
+    for u in units:
+        events += [(u, "all-gather"), (u, "forward")] + ([(u, "free")] if reshard else [])
+    for u in reversed(units):
+        events += ([(u, "all-gather")] if reshard else []) + [
+            (u, "backward"), (u, "reduce-scatter"), (u, "free")]
     return events
 
 
@@ -172,7 +171,7 @@ def fsdp_lifecycle_figure(units: Sequence[str] = ("block 0", "block 1", "block 2
         raise ValueError(f"units: at most 6 fit the picture, got {len(units)}")
     step_w = 100.0 / len(events)
     fig, held = _Canvas(), set()
-    last_fwd = max(i for i, (_, a) in enumerate(events) if a == "forward")
+    last_fwd = len(units) * (3 if reshard_after_forward else 2) - 1   # forward phase ends
     for i, (u, action) in enumerate(events):
         label, color = _ACTIONS[action]
         row = units.index(u)
@@ -309,6 +308,9 @@ def moe_dispatch_figure(routing: Any = DEFAULT_ROUTING, gates: Any = DEFAULT_GAT
                    f"{len(toks[0][2])}; send splits = rows to each rank")
 
 
+_LINK_WORDS = {"NVLink": "every group inside a node: <b>NVLink</b>",
+               "network": "every group across nodes: <b>network</b>",
+               "both": "some groups inside a node, some across: <b>both</b>"}
 LINK_COLORS = {"tp": "#4C78A8", "cp": "#54A24B", "dp": "#F58518", "pp": "#E45756"}
 
 
@@ -383,8 +385,8 @@ def mesh_hierarchy_figure(sizes: dict | None = None,
         fig.add_annotation(x=2, y=base - i * 3, xanchor="left", showarrow=False, font=dict(size=11),
                            text=(f"<span style='color:{LINK_COLORS.get(row['axis'], '#333')}'>"
                                  f"<b>{row['axis']}</b></span> size {row['size']}, rank stride "
-                                 f"{row['stride']}: rank 0's group {row['group0']} → "
-                                 f"<b>{row['link']}</b>"))
+                                 f"{row['stride']}: rank 0's group {row['group0']}; "
+                                 f"{_LINK_WORDS[row['link']]}"))
     order_s = ", ".join(order)
     return fig.figure((0, 100), (base - 3 * len(links), 8), width,
                    130 + 100 * n_nodes + 30 * len(links),
