@@ -128,6 +128,8 @@ def test_mesh_links_match_topology_numbering():
     (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2.0)), "sizes['tp']"),
     (lambda: cf.mesh_hierarchy_figure(gpus_per_node=3), "gpus_per_node"),
     (lambda: cf.mesh_hierarchy_figure(sizes=[2, 2]), "sizes"),
+    (lambda: cf.mesh_links(dict(tp=8, dp=8), ("dp", "tp"), 8), "sizes"),
+    (lambda: cf.mesh_links(dict(tp=16), ("tp",), 16), "gpus_per_node"),
 ])
 def test_bad_input_names_the_field(build, field):
     with pytest.raises(ValueError, match=f"^(each value in )?{re.escape(field)}"):

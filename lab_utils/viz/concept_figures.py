@@ -32,17 +32,6 @@ EXPERT_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2
 _STAGE_NAMES = ("DDP", "ZeRO-1 (P_os)", "ZeRO-2 (P_os+g)", "ZeRO-3 / FSDP (P_os+g+p)")
 
 
-def _legend(fig: _Canvas, items: Sequence[tuple[str, str]], y: float, x0: float,
-            step: float) -> None:
-    """Coloured squares with labels in one row at height y (data units), below the drawing."""
-    for i, (label, color) in enumerate(items):
-        x = x0 + i * step
-        fig.add_shape(type="rect", x0=x, x1=x + 1.6, y0=y - 0.8, y1=y + 0.8, fillcolor=color,
-                      line=dict(color="#555555", width=1))
-        fig.add_annotation(x=x + 2.2, y=y, text=label, showarrow=False, xanchor="left",
-                           font=dict(size=10))
-
-
 class _Canvas:
     """Collects shapes, notes and line segments, then builds the figure once: plotly's
     ``add_shape`` re-validates every earlier shape, so 100 of them take seconds. Segments of the
@@ -75,6 +64,17 @@ class _Canvas:
             xaxis=dict(visible=False, range=list(xr)), yaxis=dict(visible=False, range=list(yr)),
             margin=dict(l=10, r=10, t=50, b=10), plot_bgcolor="white", showlegend=False,
             title=dict(text=title, font_size=13, x=0.01)))
+
+
+def _legend(fig: _Canvas, items: Sequence[tuple[str, str]], y: float, x0: float,
+            step: float) -> None:
+    """Coloured squares with labels in one row at height y (data units), below the drawing."""
+    for i, (label, color) in enumerate(items):
+        x = x0 + i * step
+        fig.add_shape(type="rect", x0=x, x1=x + 1.6, y0=y - 0.8, y1=y + 0.8, fillcolor=color,
+                      line=dict(color="#555555", width=1))
+        fig.add_annotation(x=x + 2.2, y=y, text=label, showarrow=False, xanchor="left",
+                           font=dict(size=10))
 
 
 def zero_partition_figure(n_params: float = 7.5e9, recipe_name: str = "mixed_adam", dp: int = 4,
@@ -130,9 +130,13 @@ def zero_partition_figure(n_params: float = 7.5e9, recipe_name: str = "mixed_ada
             + [("not held by this rank", "white")],
             y=-4 * row_h + 1, x0=1, step=24)
     right = 40 + len(ranks) * col_w
+    if min(per_param[i] * scale / dp for i in range(3) if per_param[i]) < 0.02 * bar_w:
+        fig.add_annotation(x=right, y=-4 * row_h + 1, xanchor="right", showarrow=False,
+                           text="(shards under 2% of a column drawn 2% wide)", font=dict(size=9))
+    name = getattr(recipe_name, "name", recipe_name)
     return fig.figure((-1, right), (-4 * row_h - 1, 5), width, 470,
-                   f"What each rank holds: Ψ = {n_params / 1e9:g}B parameters, {recipe_name}, "
-                   f"K = {dp} ranks (bytes: calc.model_state_memory)")
+                      f"What each rank holds: Ψ = {n_params / 1e9:g}B parameters, {name}, "
+                      f"K = {dp} ranks (bytes: calc.model_state_memory)")
 
 
 def fsdp_lifecycle_events(units: Sequence[str], reshard_after_forward: bool = True
@@ -198,8 +202,8 @@ def fsdp_lifecycle_figure(units: Sequence[str] = ("block 0", "block 1", "block 2
               for name, (lab, col) in _ACTIONS.items()]
     _legend(fig, legend, y=-len(units) * 5 - 5, x0=1, step=20)
     return fig.figure((-1, 102), (-len(units) * 5 - 7, 6.5), width, 160 + 45 * len(units),
-                   "FSDP: each unit's full weights exist only around its own compute "
-                   "(one rank; every rank runs the same steps)")
+                      "FSDP: each unit's full weights exist only around its own compute "
+                      "(one rank; every rank runs the same steps)")
 
 
 DEFAULT_ROUTING = (((2, 0), (1, 3), (0, 1)), ((3, 1), (0, 1), (2, 3)))   # [rank][token] experts
@@ -304,8 +308,8 @@ def moe_dispatch_figure(routing: Any = DEFAULT_ROUTING, gates: Any = DEFAULT_GAT
         fig.add_annotation(x=x, y=2.2, text=f"<b>{h}</b>", showarrow=False, font=dict(size=10))
     bottom = tops[-1] - height[-1] * row_h - 1
     return fig.figure((-1, 112), (bottom, 3.6), width, 170 + 21 * sum(height),
-                   f"MoE dispatch and combine: {ep} ranks, {n_experts} experts, top-"
-                   f"{len(toks[0][2])}; send splits = rows to each rank")
+                      f"MoE dispatch and combine: {ep} ranks, {n_experts} experts, top-"
+                      f"{len(toks[0][2])}; send splits = rows to each rank")
 
 
 _LINK_WORDS = {"NVLink": "every group inside a node: <b>NVLink</b>",
@@ -325,10 +329,11 @@ def mesh_links(sizes: dict, order: Sequence[str], gpus_per_node: int) -> list[di
     if sorted(order) != sorted(sizes):
         raise ValueError(f"order must name each axis of sizes once ({sorted(sizes)}), got {order}")
     world = math.prod(sizes.values())
-    gpus_per_node = pos_int("gpus_per_node", gpus_per_node)
-    if world % gpus_per_node or world > 32:
-        raise ValueError(f"gpus_per_node={gpus_per_node} must divide the {world} ranks "
-                         f"(at most 32 for a picture)")
+    if world > 32:
+        raise ValueError(f"sizes: {world} ranks in all; a picture shows at most 32")
+    gpus_per_node = whole("gpus_per_node", gpus_per_node, lo=1, hi=8, hint="a row of the picture")
+    if world % gpus_per_node:
+        raise ValueError(f"gpus_per_node={gpus_per_node} must divide the {world} ranks")
     stride, rows = 1, []
     for axis in reversed(order):
         groups = {}
@@ -389,6 +394,6 @@ def mesh_hierarchy_figure(sizes: dict | None = None,
                                  f"{_LINK_WORDS[row['link']]}"))
     order_s = ", ".join(order)
     return fig.figure((0, 100), (base - 3 * len(links), 8), width,
-                   130 + 100 * n_nodes + 30 * len(links),
-                   f"Mesh order ({order_s}), outermost → innermost, on {n_nodes} nodes × "
-                   f"{gpus_per_node} GPUs")
+                      130 + 100 * n_nodes + 30 * len(links),
+                      f"Mesh order ({order_s}), outermost → innermost, on {n_nodes} nodes × "
+                      f"{gpus_per_node} GPUs")
