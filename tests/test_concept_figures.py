@@ -101,10 +101,11 @@ def test_mesh_links_match_topology_numbering():
                                                          dp="network")
     mixed = cf.mesh_links(dict(tp=3, dp=4), ("dp", "tp"), 4)
     assert mixed[0]["link"] == "both"  # tp groups (0, 1, 2) inside node 0, (3, 4, 5) across
-    fig = cf.mesh_hierarchy_figure()
+    fig = cf.mesh_hierarchy_figure(name="torchtitan")
     _valid(fig)
     texts = _texts(fig)
     assert all(f"rank {r}</b>" in texts for r in range(16)) and "node 1" in texts
+    assert fig.layout.title.text.startswith("torchtitan: mesh order (pp, dp, cp, tp)")
     assert "rank 0's group [0, 8]; every group across nodes: <b>network</b>" in texts
 
 
@@ -128,6 +129,7 @@ def test_mesh_links_match_topology_numbering():
     (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2.0)), "sizes['tp']"),
     (lambda: cf.mesh_hierarchy_figure(gpus_per_node=3), "gpus_per_node"),
     (lambda: cf.mesh_hierarchy_figure(sizes=[2, 2]), "sizes"),
+    (lambda: cf.mesh_hierarchy_figure(name=3), "name"),
     (lambda: cf.mesh_links(dict(tp=8, dp=8), ("dp", "tp"), 8), "sizes"),
     (lambda: cf.mesh_links(dict(tp=16), ("tp",), 16), "gpus_per_node"),
 ])

@@ -349,10 +349,12 @@ def mesh_links(sizes: dict, order: Sequence[str], gpus_per_node: int) -> list[di
 
 def mesh_hierarchy_figure(sizes: dict | None = None,
                           order: Sequence[str] = ("pp", "dp", "cp", "tp"),
-                          gpus_per_node: int = 8, width: int = FIGURE_WIDTH) -> go.Figure:
+                          gpus_per_node: int = 8, name: str = "", width: int = FIGURE_WIDTH
+                          ) -> go.Figure:
     """Nodes as rows of GPU boxes (rank r on node r // gpus_per_node, with its mesh coordinates);
     an arc per axis joins rank 0's group along it; the lines below say which link every group of
-    that axis uses. Default: 2 nodes x 8 GPUs, tp = cp = dp = pp = 2, torchtitan's order."""
+    that axis uses. Default: 2 nodes x 8 GPUs, tp = cp = dp = pp = 2, torchtitan's order.
+    ``name`` (e.g. "Llama 3") starts the title."""
     sizes = dict(tp=2, cp=2, dp=2, pp=2) if sizes is None else sizes
     links = mesh_links(sizes, order, gpus_per_node)
     world = math.prod(r["size"] for r in links)
@@ -392,8 +394,9 @@ def mesh_hierarchy_figure(sizes: dict | None = None,
                                  f"<b>{row['axis']}</b></span> size {row['size']}, rank stride "
                                  f"{row['stride']}: rank 0's group {row['group0']}; "
                                  f"{_LINK_WORDS[row['link']]}"))
-    order_s = ", ".join(order)
+    order_s, name = ", ".join(order), text("name", name)
     return fig.figure((0, 100), (base - 3 * len(links), 8), width,
                       130 + 100 * n_nodes + 30 * len(links),
-                      f"Mesh order ({order_s}), outermost → innermost, on {n_nodes} nodes × "
+                      f"{name + ': ' if name else ''}mesh order ({order_s}), outermost → "
+                      f"innermost, on {n_nodes} nodes × "
                       f"{gpus_per_node} GPUs")
