@@ -1,0 +1,40 @@
+"""The labs' timing lessons on the emulated cluster (lab_utils.twin), asserted on the EMULATED
+clock (deterministic: the virtual clock never reads this machine's time).
+
+Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it."""
+from __future__ import annotations
+
+import pytest
+
+from lab_utils import twin
+from lab_utils.experiments import lab04_twin
+from lab_utils.models import GPTConfig
+
+CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
+L4 = twin.Cluster.preset("10GbE L4", nodes=2, gpus_per_node=2)  # lab 04's cluster
+CAPS = [16 * 2**10, 128 * 2**10, 25 * 2**20]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    em = twin.emulate(lab04_twin.bucket_sweep, 4, L4, CFG, 4, CAPS,
+                      scale=twin.Scale(flops=1024), quiet=True, timeout_s=240)
+    return em, lab04_twin.sweep_points(em)
+
+
+@pytest.mark.parametrize("impl", lab04_twin.SWEEP_IMPLS)
+def test_bucket_sweep_has_a_sweet_spot_inside(sweep, impl):
+    small, mid, one = [p for p in sweep[1] if p.impl == impl]
+    assert small.all_reduces > mid.all_reduces > one.all_reduces
+    assert small.step_s > mid.step_s < one.step_s  # latency on the left, no overlap on the right
+    assert one.hidden_s == 0.0 < mid.hidden_s      # one bucket waits for the end of backward
+    assert small.comm_s > mid.comm_s > one.comm_s  # each all-reduce pays the latency again
+
+
+def test_step_window_is_one_step_from_zero(sweep):
+    em, points = sweep
+    one = lab04_twin.step_window(em, 1)
+    assert min(s["start"] for s in one.spans) >= 0.0
+    assert max(one.step_times()) == pytest.approx(points[1].step_s)
+    assert em.unknown == []
+
