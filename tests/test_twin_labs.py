@@ -1,13 +1,16 @@
 """The labs' timing lessons on the emulated cluster (lab_utils.twin), asserted on the EMULATED
 clock (deterministic: the virtual clock never reads this machine's time).
 
-Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it."""
+Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
+Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
+weak scaling stays near N and just below Gustafson's line."""
 from __future__ import annotations
 
 import pytest
 
 from lab_utils import twin
-from lab_utils.experiments import lab04_twin
+from lab_utils.calc import gustafson_speedup
+from lab_utils.experiments import lab04_twin, lab10_twin
 from lab_utils.models import GPTConfig
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
@@ -37,4 +40,33 @@ def test_step_window_is_one_step_from_zero(sweep):
     assert min(s["start"] for s in one.spans) >= 0.0
     assert max(one.step_times()) == pytest.approx(points[1].step_s)
     assert em.unknown == []
+
+
+SIZES = [1, 2, 4]  # N = 4 spans two nodes
+
+
+@pytest.fixture(scope="module")
+def scaling():
+    cfg = lab10_twin.SCALING_CONFIG
+    em = twin.emulate(lab10_twin.scaling_steps, 4, lab10_twin.scaling_cluster(4), SIZES,
+                      global_batch=32, per_rank_batch=8, steps=1,
+                      scale=lab10_twin.scaling_scale(cfg, 32), quiet=True, timeout_s=240)
+    return em.results[0]
+
+
+def test_strong_scaling_fits_amdahl_on_the_emulated_clock(scaling):
+    curve = lab10_twin.amdahl_curve(scaling, SIZES, "emulated")
+    assert curve.fit.r2 > 0.99 and 0 < curve.fit.serial_fraction < 0.5
+    assert 1 < curve.speedups[1] < 2 and 2 < curve.speedups[2] < 4
+    t1 = scaling.get("strong", 1).step_s
+    above = {n: scaling.get("strong", n).step_s - t1 / n for n in SIZES}
+    assert 0 < above[2] < above[4]  # the tail grows when the group crosses the network
+
+
+def test_weak_scaling_stays_just_below_gustafson(scaling):
+    t1 = scaling.get("weak", 1).step_s
+    for n in SIZES[1:]:
+        t_n = scaling.get("weak", n).step_s
+        s = 1 - t1 / t_n
+        assert 0.5 * n < n * t1 / t_n <= gustafson_speedup(s, n)
 
