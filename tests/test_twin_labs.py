@@ -3,14 +3,15 @@ clock (deterministic: the virtual clock never reads this machine's time).
 
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
-weak scaling stays near N and just below Gustafson's line."""
+weak scaling stays near N and just below Gustafson's line.
+Lab 06: the same TP step across two nodes pays far more than inside one; a pipeline step little."""
 from __future__ import annotations
 
 import pytest
 
 from lab_utils import twin
 from lab_utils.calc import gustafson_speedup
-from lab_utils.experiments import lab04_twin, lab10_twin
+from lab_utils.experiments import lab04_twin, lab06_twin, lab10_twin
 from lab_utils.models import GPTConfig
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
@@ -70,3 +71,13 @@ def test_weak_scaling_stays_just_below_gustafson(scaling):
         s = 1 - t1 / t_n
         assert 0.5 * n < n * t1 / t_n <= gustafson_speedup(s, n)
 
+
+def test_tp_pays_the_network_far_more_than_pp():
+    cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=4, n_head=4, d_model=64)
+    t = {p: lab06_twin.step_times(twin.emulate(lab06_twin.tp_pp_steps, 2, c, cfg, 8,
+                                               scale=lab06_twin.layer_scale(cfg, 8), quiet=True,
+                                               timeout_s=120).results)
+         for p, c in lab06_twin.placements().items()}
+    inside, across = t["inside one node"], t["across two nodes"]
+    assert across["TP"] > 1.2 * inside["TP"]
+    assert across["TP"] - inside["TP"] > 3 * (across["PP"] - inside["PP"]) > 0
