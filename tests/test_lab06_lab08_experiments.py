@@ -122,10 +122,6 @@ def test_diagrams_build():
     assert all(f"rank {r}" in texts for r in range(topo.world_size))
 
 
-def test_simulated_link_lives_in_measure():
-    from lab_utils.measure.simulated_link import simulated_link  # noqa: F401
-    import lab_utils.parallel.tensor_parallel.comm as comm
-    assert not hasattr(comm, "simulated_link")
 
 
 def test_mesh_groups_dry_run_logic():

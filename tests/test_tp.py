@@ -15,10 +15,9 @@ from torch import nn
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.calc.comm import collective_time, ring_bytes_per_rank, tp_layer_comm
+from lab_utils.calc.comm import ring_bytes_per_rank, tp_layer_comm
 from lab_utils.experiments.lab06 import tp_group
 from lab_utils.experiments.unshard import unshard
-from lab_utils.measure.simulated_link import simulated_link
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.parallel import tensor_parallel as tpar
 
@@ -249,23 +248,12 @@ def check_parallelize_module(ctx):
         assert_close(losses[1], losses[2], msg=lambda m: f"ours step {step}: {m}")
 
 
-def check_simulated_link(group):
-    x = torch.ones(1000)  # 4000 bytes
-    with simulated_link(1e-3, 1e6) as link:
-        dist.all_reduce(x, group=group)
-        tpar.reduce_from_tp(x, group)
-    want = 2 * collective_time("all_reduce", 2, 4000, 1e-3, 1e6)
-    assert link.calls == 2 and abs(link.slept_s - want) < 1e-12, (link.calls, link.slept_s)
-    assert dist.all_reduce.__name__ == "all_reduce"  # restored
-
-
 def rng_dtensor_worker(ctx):
     results = {}
     checked(results, "dropout-tp2", check_dropout, ctx.group, False)
     checked(results, "dropout-sp-tp2", check_dropout, ctx.group, True)
     checked(results, "dropout-bug-tp2", check_dropout_bug_detected, ctx.group)
     checked(results, "parallelize-module", check_parallelize_module, ctx)
-    checked(results, "simulated-link", check_simulated_link, ctx.group)
     return results
 
 

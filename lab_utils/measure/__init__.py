@@ -20,7 +20,6 @@ One module per way of observing (every one seen from OUTSIDE the technique it me
     tcp.py             the kernel's per-socket byte counts (for wire.py)
     timeline.py        Timeline: named spans per rank on a common clock          (labs 04, 07, 10)
     spans.py           ModuleSpans: compute spans of chosen modules, by hooks    (lab 05)
-    simulated_link.py  a SIMULATED slow link: collectives cost a chosen alpha-beta time (lab 06)
     noise_scale.py     the gradient noise scale from two batch sizes (McCandlish 2018) (lab 02)
 
 The measured numbers are meant to sit next to a calculator's prediction (``lab_utils.calc``).

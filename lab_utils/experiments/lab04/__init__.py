@@ -6,6 +6,7 @@
                  torch DDP's communication hooks, asynchronous SGD
     local_sgd.py section 8b: synchronise less often, local SGD and DiLoCo against every-step
                  all-reduce (held-out loss, bytes sent)
+    twin.py      section 4d: the bucket-size sweep on an emulated GPU cluster (lab_utils.twin)
 
 The names of ddp.py are importable from here (``lab04.train_step``); details.py and local_sgd.py
 are modules of their own (``from lab_utils.experiments.lab04 import details, local_sgd``).

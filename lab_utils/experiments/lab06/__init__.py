@@ -2,8 +2,9 @@
 
     tp.py       the TP layers and a whole TinyGPT against one process, one step's bytes (ledger
                 and wire), saved activations with and without SP, the vocabulary-parallel loss
-    drills.py   DTensor TP beside ours, the dropout-seeding drill, a SIMULATED slow link, thin
+    drills.py   DTensor TP beside ours, the dropout-seeding drill, thin
                 matmuls at large t
+    twin.py     TP inside one node vs across two, on an emulated GPU cluster (lab_utils.twin)
 
 The names of tp.py are importable from here (``lab06.check_blocks``); drills.py is a module of
 its own (``from lab_utils.experiments.lab06 import drills``). ``experiments/unshard.py`` gathers

@@ -3,12 +3,10 @@ a SIMULATED slow link, and thin matmuls at large t. Each worker returns small da
 
     compare_dtensor(ctx, cfg, steps)      ours vs parallelize_module (compose.apply_tp), 2 plans
     dropout_drill(ctx, cfg, steps)        seeding bugs that corrupt training silently, and the fix
-    link_experiment(ctx, cfg, ...)        TP vs PP steps on a SIMULATED slow link
     mlp_share_times(...)                  one rank's MLP share for growing t (one process)
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +19,7 @@ from lab_utils.data import token_batches
 from lab_utils.experiments.lab06.tp import maxdiff
 from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger
-from lab_utils.measure.simulated_link import simulated_link
-from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
+from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.parallel.compose import apply_tp
 from lab_utils.parallel.tensor_parallel import (TPRandom, full_dropout_masks,
                                                 replay_dropout_masks, seed_tensor_parallel,
@@ -135,57 +132,6 @@ def drill_rows(drill: list[dict[str, DrillRun]]) -> list[dict]:
                      "max |grad err| step 0": r0.steps[0].grad_err,
                      "head masks agree": r0.head_mask_agree})
     return rows
-
-
-# -- 6. a simulated slow link ----------------------------------------------------------------
-
-@dataclass
-class LinkTiming:
-    step_s: float = float("inf")  # best of the runs (wall clock)
-    calls: int = 0  # collectives the simulated link delayed
-    slept_s: float = 0.0  # SIMULATED seconds added (exact)
-
-
-def link_experiment(ctx: Any, cfg: GPTConfig, batch: int, steps: int,
-                    slow: dict[str, float]) -> dict[str, dict[str, LinkTiming]]:
-    """A TP step (t = 2, the whole world) and a 2-stage pipeline step (one micro-batch, plain
-    send / recv), on the machine's own link and on a SIMULATED slow one: {link: {kind: ...}}."""
-    idx, tgt = token_batches(1, batch, cfg.seq_len, cfg.vocab_size, seed=4)[0]
-    tp_model = tensor_parallelize(TinyGPT(cfg, seed=0), ctx.group)
-    stage = split_stages(TinyGPT(cfg, seed=0), 2)[ctx.rank]  # rank 0: embeddings + 2 blocks
-
-    def tp_step() -> None:
-        lm_loss(tp_model(idx), tgt).backward()
-
-    def pp_step() -> None:  # one micro-batch, no overlap
-        if ctx.rank == 0:
-            h = stage(idx)  # (B, T, C)
-            dist.send(h.detach(), dst=1)  # activation -> next stage
-            grad = torch.empty_like(h)
-            dist.recv(grad, src=1)  # its gradient <- next stage
-            h.backward(grad)
-        else:
-            h = torch.empty(batch, cfg.seq_len, cfg.d_model)
-            dist.recv(h, src=0)
-            h.requires_grad_()
-            lm_loss(stage(h), tgt).backward()
-            dist.send(h.grad, dst=0)
-
-    out: dict[str, dict[str, LinkTiming]] = {}
-    for _ in range(steps):  # interleaved, best of `steps`: a shared machine adds noise, never speed
-        for link in ("own link", "SIMULATED slow link"):
-            for kind, step in (("TP", tp_step), ("PP", pp_step)):
-                slowed = link != "own link"
-                with simulated_link(**slow) if slowed else contextlib.nullcontext() as sim:
-                    dist.barrier(group=ctx.group)
-                    t0 = time.perf_counter()
-                    step()
-                    elapsed = time.perf_counter() - t0
-                row = out.setdefault(link, {}).setdefault(kind, LinkTiming())
-                row.step_s = min(row.step_s, elapsed)
-                if sim:
-                    row.calls, row.slept_s = sim.calls, sim.slept_s
-    return out
 
 
 # -- 7. thin matmuls (one process) --------------------------------------------------------------

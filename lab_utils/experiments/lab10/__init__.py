@@ -3,6 +3,7 @@
     scaling.py   strong and weak scaling on ranks (real compute and simulated devices), the
                  bottleneck families, the fit; StepLog (the fit_serial_fraction exercise's input)
     local.py     in one process, one core: matmul rates by size, a slow data loader and prefetching
+    twin.py      strong and weak scaling on two clocks: this machine's and an emulated cluster's
 
 The names of both are importable from here (``lab10.scaling_worker``, ``lab10.matmul_rates``).
 """

@@ -29,9 +29,6 @@ collectives work in place, and an incoming gradient may be shared with another b
 
 ``vocab_parallel_cross_entropy``: the loss on vocab-split logits with 3 all-reduces of B*T values
 (max, target logit, sum of exps) instead of gathering the B*T*V logits.
-
-(The SIMULATED slow link lab 06 puts under these collectives is a measurement aid, not part
-of the technique: ``lab_utils.measure.simulated_link``.)
 """
 from __future__ import annotations
 

@@ -1,0 +1,113 @@
+"""Lab 10 on two clocks: strong and weak scaling of the same DDP code, on this machine and on an
+emulated GPU cluster (``lab_utils.twin``).
+
+    scaling_steps(ctx, sizes, ...)   strong + weak scaling of a BucketDDP TinyGPT at each N in
+                                     ``sizes``, in ONE launch; under ``lab_utils.run`` its times
+                                     are this machine's wall clock, under ``twin.emulate`` the
+                                     emulated cluster's clock (the code is the same)
+    scaling_cluster(max_n)           the lab's cluster: DGX H100 nodes, half the ranks on each
+    scaling_scale(cfg, tokens)       the lab's Scale: a GPT-2 XL's FLOPs and gradient bytes
+    amdahl_curve(res, sizes, label)  the strong-scaling curve and its Amdahl fit
+
+The emulated clock replaces the "simulated devices" (ranks sleeping for their compute) this lab
+used before: compute is charged from the FLOPs each rank really ran, the all-reduce from the
+links its group spans, and overlap comes out of BucketDDP's own buckets.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch.distributed as dist
+
+from lab_utils import twin
+from lab_utils.calc import fit_serial_fraction
+from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
+from lab_utils.experiments.lab10_local import SCALING_CONFIG, sgd_step
+from lab_utils.models import GPTConfig, TinyGPT, count_params, lm_loss
+from lab_utils.parallel.data_parallel import BucketDDP
+
+FULL_MODEL = "gpt2-xl"        # whose FLOPs and gradient bytes the emulated clock charges
+FULL_TOKENS = 2**17           # its global batch per step (tokens): 128 Ki tokens
+
+
+def _now() -> float:
+    """Emulated seconds on the twin, this machine's wall clock otherwise."""
+    t = twin.now()
+    return time.perf_counter() if t is None else t
+
+
+def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
+           cfg: GPTConfig) -> RunStats | None:
+    """``steps`` BucketDDP steps (after one warm-up) on ranks 0..n-1, ``rows`` sequences each.
+    comm_s is the wait in ``finish_gradient_synchronization``: communication NOT hidden behind
+    backward. Rank 0 returns its fastest step; every step's time is in ``log_s``."""
+    model = TinyGPT(cfg, seed=0)
+    ddp = BucketDDP(model, group=group, broadcast_buffers=False)
+    logs, cpus, comms, losses = [], [], [], []
+    for batch in token_batches(steps + 1, n * rows, cfg.seq_len, cfg.vocab_size, seed=1):
+        x, y = shard_for_rank(batch, ctx.rank, n)  # this rank's rows: (rows, T)
+        dist.barrier(group=group)  # every rank starts the step together
+        t0, c0 = _now(), time.process_time()
+        loss = lm_loss(ddp(x), y)
+        loss.backward()  # buckets launch their all-reduce as their gradients arrive
+        t1 = _now()
+        ddp.finish_gradient_synchronization()  # wait for what did not overlap
+        comms.append(_now() - t1)
+        sgd_step(model)
+        logs.append(_now() - t0)
+        cpus.append(time.process_time() - c0)
+        mean_loss = loss.detach().clone()  # the global batch's mean loss (after the step)
+        dist.all_reduce(mean_loss, group=group)
+        losses.append(mean_loss.item() / n)
+    if ctx.rank != 0:
+        return None
+    best = 1 + min(range(steps), key=logs[1:].__getitem__)
+    return RunStats(n=n, rows=rows, tokens=n * rows * cfg.seq_len, step_s=logs[best],
+                    cpu_s=min(cpus[1:]), comm_s=comms[best], log_s=tuple(logs),
+                    losses=tuple(losses))
+
+
+def scaling_steps(ctx: Any, sizes: Sequence[int], global_batch: int = 32,
+                  per_rank_batch: int = 8, steps: int = 4,
+                  cfg: GPTConfig = SCALING_CONFIG) -> ScalingResults | None:
+    """Strong scaling (``global_batch / N`` rows per rank) and weak scaling (``per_rank_batch``
+    rows per rank) at every N in ``sizes``: ONE launch of max(sizes) ranks, the run at N on a
+    subgroup of ranks 0..N-1 while the others wait in a barrier. Rank 0 returns the results."""
+    groups = {n: dist.new_group(list(range(n))) for n in sizes}  # every rank creates every group
+    runs: dict[str, dict[int, RunStats]] = {}
+    for mode in ("strong", "weak"):
+        for n in sizes:
+            rows = global_batch // n if mode == "strong" else per_rank_batch
+            if ctx.rank < n:
+                stats = _train(ctx, groups[n], n, rows, steps, cfg)
+                if stats is not None:
+                    runs.setdefault(mode, {})[n] = stats
+            dist.barrier()  # the idle ranks wait here
+    return ScalingResults(runs) if ctx.rank == 0 else None
+
+
+def scaling_cluster(max_n: int, preset: str = "DGX H100") -> twin.Cluster:
+    """``max_n`` GPUs on 2 nodes (1 node for max_n = 1): the largest N crosses the network."""
+    nodes = 1 if max_n == 1 else 2
+    if max_n % nodes:
+        raise ValueError(f"max_n={max_n} GPUs do not split evenly over {nodes} nodes")
+    return twin.Cluster.preset(preset, nodes=nodes, gpus_per_node=max_n // nodes)
+
+
+def scaling_scale(cfg: GPTConfig, global_batch: int) -> twin.Scale:
+    """Charge FULL_MODEL's FLOPs (FULL_TOKENS per step) and gradient bytes for the lab model's
+    step of ``global_batch`` sequences (``twin.Scale.model``)."""
+    tiny = count_params(TinyGPT(cfg))
+    return twin.Scale.model(FULL_MODEL, tiny, global_batch * cfg.seq_len, FULL_TOKENS,
+                            cfg.n_layer, cfg.seq_len)
+
+
+def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> CurveFit:
+    """The strong-scaling curve (best step per N) and its Amdahl fit, or why there is none."""
+    times = tuple(res.get("strong", n).step_s for n in sizes)
+    try:
+        return CurveFit(label, tuple(sizes), times, fit_serial_fraction(list(sizes), list(times)))
+    except ValueError as e:  # e.g. the times do not fall with N
+        return CurveFit(label, tuple(sizes), times, None, str(e).split(";")[0])

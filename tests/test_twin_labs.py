@@ -1,0 +1,85 @@
+"""The labs' timing lessons on the emulated cluster (lab_utils.twin), asserted on the EMULATED
+clock (deterministic: the virtual clock never reads this machine's time).
+
+Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
+Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
+weak scaling stays near N and just below Gustafson's line.
+Lab 06: the same TP step across two nodes pays far more than inside one; a pipeline step little."""
+from __future__ import annotations
+
+import pytest
+
+from lab_utils import twin
+from lab_utils.calc import gustafson_speedup
+from lab_utils.experiments.lab04 import twin as lab04_twin
+from lab_utils.experiments.lab06 import twin as lab06_twin
+from lab_utils.experiments.lab10 import twin as lab10_twin
+from lab_utils.models import GPTConfig
+
+CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
+L4 = twin.Cluster.preset("10GbE L4", nodes=2, gpus_per_node=2)  # lab 04's cluster
+CAPS = [16 * 2**10, 128 * 2**10, 25 * 2**20]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    em = twin.emulate(lab04_twin.bucket_sweep, 4, L4, CFG, 4, CAPS,
+                      scale=twin.Scale(flops=1024), quiet=True, timeout_s=240)
+    return em, lab04_twin.sweep_points(em)
+
+
+@pytest.mark.parametrize("impl", lab04_twin.SWEEP_IMPLS)
+def test_bucket_sweep_has_a_sweet_spot_inside(sweep, impl):
+    small, mid, one = [p for p in sweep[1] if p.impl == impl]
+    assert small.all_reduces > mid.all_reduces > one.all_reduces
+    assert small.step_s > mid.step_s < one.step_s  # latency on the left, no overlap on the right
+    assert one.hidden_s == 0.0 < mid.hidden_s      # one bucket waits for the end of backward
+    assert small.comm_s > mid.comm_s > one.comm_s  # each all-reduce pays the latency again
+
+
+def test_step_window_is_one_step_from_zero(sweep):
+    em, points = sweep
+    one = lab04_twin.step_window(em, 1)
+    assert min(s["start"] for s in one.spans) >= 0.0
+    assert max(one.step_times()) == pytest.approx(points[1].step_s)
+    assert em.unknown == []
+
+
+SIZES = [1, 2, 4]  # N = 4 spans two nodes
+
+
+@pytest.fixture(scope="module")
+def scaling():
+    cfg = lab10_twin.SCALING_CONFIG
+    em = twin.emulate(lab10_twin.scaling_steps, 4, lab10_twin.scaling_cluster(4), SIZES,
+                      global_batch=32, per_rank_batch=8, steps=1,
+                      scale=lab10_twin.scaling_scale(cfg, 32), quiet=True, timeout_s=240)
+    return em.results[0]
+
+
+def test_strong_scaling_fits_amdahl_on_the_emulated_clock(scaling):
+    curve = lab10_twin.amdahl_curve(scaling, SIZES, "emulated")
+    assert curve.fit.r2 > 0.99 and 0 < curve.fit.serial_fraction < 0.5
+    assert 1 < curve.speedups[1] < 2 and 2 < curve.speedups[2] < 4
+    t1 = scaling.get("strong", 1).step_s
+    above = {n: scaling.get("strong", n).step_s - t1 / n for n in SIZES}
+    assert 0 < above[2] < above[4]  # the tail grows when the group crosses the network
+
+
+def test_weak_scaling_stays_just_below_gustafson(scaling):
+    t1 = scaling.get("weak", 1).step_s
+    for n in SIZES[1:]:
+        t_n = scaling.get("weak", n).step_s
+        s = 1 - t1 / t_n
+        assert 0.5 * n < n * t1 / t_n <= gustafson_speedup(s, n)
+
+
+def test_tp_pays_the_network_far_more_than_pp():
+    cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=4, n_head=4, d_model=64)
+    t = {p: lab06_twin.step_times(twin.emulate(lab06_twin.tp_pp_steps, 2, c, cfg, 8,
+                                               scale=lab06_twin.layer_scale(cfg, 8), quiet=True,
+                                               timeout_s=120).results)
+         for p, c in lab06_twin.placements().items()}
+    inside, across = t["inside one node"], t["across two nodes"]
+    assert across["TP"] > 1.2 * inside["TP"]
+    assert across["TP"] - inside["TP"] > 3 * (across["PP"] - inside["PP"]) > 0
