@@ -76,6 +76,7 @@ VALID: dict[str, dict] = {
     "ClusterSpec": dict(name="DGX H100", device="H100-SXM5-80GB", gpus_per_node=8,
                         intra_link="NVLink4", inter_link="IB-NDR", intra_latency_s=2e-6,
                         inter_latency_s=5e-6, compute_efficiency=0.6, source="data sheet"),
+    "replica_group_goodput": dict(groups=8, recovery=60.0, step=5.0, mtbf=3 * 3600.0),
     "critical_intensity": dict(device_flops=989e12, link_bytes_per_s=450e9),
     "tp_intensity": dict(hidden=8192, tp=8, bytes_per_value=2.0),
     "fsdp_intensity": dict(tokens_per_rank=8192, dp=64, param_bytes=2.0, grad_bytes=4.0),

@@ -77,3 +77,15 @@ def test_widget_validates_and_defaults_to_the_daly_optimum():
     w = gx.goodput_explorer()
     w.set(stall_s=float("nan"))
     assert "checkpoint stall" in w.error_message
+
+
+def test_replica_groups_lose_a_gth_of_the_recovery():
+    """By hand: 8 groups, 60 s recovery, 5 s steps, a failure every 3 h: 65 / (8 x 10800) lost;
+    against a job-wide restart from a checkpoint the waste is much larger."""
+    from lab_utils.calc import expected_goodput, replica_group_goodput
+    got = replica_group_goodput(8, 60.0, 5.0, 3 * 3600.0)
+    assert got == pytest.approx(1 - 65 / (8 * 10800))
+    assert got > expected_goodput(1800.0, 60.0, 600.0, 3 * 3600.0) + 0.1
+    assert replica_group_goodput(1, 1e9, 5.0, 1.0) == 0.0
+    with pytest.raises(ValueError, match="groups"):
+        replica_group_goodput(0, 60.0, 5.0, 3600.0)

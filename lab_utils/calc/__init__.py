@@ -134,7 +134,7 @@ __all__ += ["float_gap", "round_to_bits"]
 # Goodput under failures (lab 11): Daly's expected value, the first order, the best interval.
 from lab_utils.calc.goodput import (InterruptionRecord, Simulated, Waste,  # noqa: E402
                                     daly_interval, expected_goodput, goodput_first_order,
-                                    simulate, waste, young_interval)
+                                    replica_group_goodput, simulate, waste, young_interval)
 
 __all__ += ["InterruptionRecord", "Simulated", "Waste", "daly_interval", "expected_goodput",
-            "goodput_first_order", "simulate", "waste", "young_interval"]
+            "goodput_first_order", "replica_group_goodput", "simulate", "waste", "young_interval"]

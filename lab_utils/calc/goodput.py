@@ -17,6 +17,8 @@ the survivors, reschedule, start the processes, reload the checkpoint).
     young_interval(delta, M)     sqrt(2 delta M) (Young 1974): minimises the first order
     daly_interval(delta, M)      Daly 2006's higher-order optimum
     simulate(tau, delta, R, M, ...)  a discrete-event run with injected (random) failures
+    replica_group_goodput(G, recovery, step, M)  fault tolerance beyond restart: G replica groups
+                                 keep training while a failed one recovers (torchft's model)
 
 Sources: J. W. Young, "A first order approximation to the optimum checkpoint interval", CACM
 17(9), 1974; J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart
@@ -183,3 +185,19 @@ def simulate(tau: float, delta: float, restart: float, mtbf: float, horizon: flo
             restarting += next_failure - t
             t, failures = next_failure, failures + 1
     return Simulated(t, useful, failures, ckpts, lost, restarting, stalled)
+
+
+def replica_group_goodput(groups: int, recovery: float, step: float, mtbf: float) -> float:
+    """Goodput when a failure stops ONE of ``groups`` data-parallel replica groups instead of the
+    job (fault-tolerant HSDP, as torchft does it: the healthy groups go on with fewer replicas;
+    the failed one rejoins by copying the weights from a live peer, no checkpoint reload).
+
+        1 - (recovery + step) / (G M)
+
+    Each failure (rate 1/M for the whole job) costs the failed group's recovery and its step in
+    flight, i.e. 1/G of the job's throughput for that long. Compare ``expected_goodput`` for a
+    job that stops and restarts from its last checkpoint. All times in seconds. Lab 11."""
+    g = pos_int("groups", groups)
+    recovery, step = nonneg_num("recovery (seconds)", recovery), pos_num("step (seconds)", step)
+    mtbf = pos_num(MTBF, mtbf)
+    return max(0.0, 1.0 - (recovery + step) / (g * mtbf))
