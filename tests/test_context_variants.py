@@ -22,6 +22,8 @@ def test_formulas_by_hand():
     zigzag = [calc.cp_causal_pairs("allgather_kv", H, T, 4, r, zigzag=True) for r in range(4)]
     assert contiguous == [H * (r + 1) * 8 ** 2 for r in range(4)]  # rank 3 works 4x rank 0
     assert zigzag == [H * 9 * 4 ** 2] * 4  # 2N+1 = 9 half-chunks of 4 tokens on every rank
+    ulysses = calc.cp_causal_pairs("ulysses", H, T, 4, 2)
+    assert ulysses * 4 == sum(contiguous)  # the same blocks, spread evenly by head
     with pytest.raises(ValueError, match="heads"):
         calc.cp_bytes_per_rank("ulysses", B, 6, T, HD, 4)
 

@@ -19,10 +19,11 @@ that keep the log-sum-exp lse = B*H*Tc*e instead of the probabilities):
                     q, out, the GATHERED K and V (N times a chunk), and the causal mask that
                     torch's CPU kernel materialises, e per (query, key) entry, L x S per call
 
-Causal work: (query, key) pairs a rank scores, heads x L x S of the kernel calls it makes
-(whole blocks; the masked half of a diagonal block counts). Contiguous chunks: rank r scores
-H (r+1) Tc^2, so rank N-1 works N times rank 0; zig-zag (chunks r and 2N-1-r of 2N):
-H (2N+1) (T/2N)^2 on every rank; Ulysses: H/N heads x T^2, the same everywhere.
+Causal work: (query, key) pairs a rank scores, counted in whole blocks of its chunk size that
+are not entirely in the future (the masked half of a diagonal block counts, as in a flash
+kernel's tiles). Contiguous chunks: rank r scores H (r+1) Tc^2, so rank N-1 works N times
+rank 0; zig-zag (chunks r and 2N-1-r of 2N): H (2N+1) (T/2N)^2 on every rank; Ulysses: H/N
+heads x N(N+1)/2 blocks of Tc^2 = H (N+1)/2 Tc^2 on every rank, the contiguous mean.
 """
 from __future__ import annotations
 
@@ -118,15 +119,16 @@ def cp_saved_bytes(variant: str, batch: int, heads: int, seq_len: int, head_dim:
 
 def cp_causal_pairs(variant: str, heads: int, seq_len: int, n: int, rank: int = 0,
                     zigzag: bool = False) -> int:
-    """Causal (query, key) pairs ``rank`` scores per batch row, heads x L x S of its kernel
-    calls: contiguous H (r+1) Tc^2; zig-zag H (2N+1) (T/2N)^2; Ulysses (H/N) T^2 (above)."""
+    """Causal (query, key) pairs ``rank`` scores per batch row, in whole blocks not entirely
+    in the future: contiguous H (r+1) Tc^2; zig-zag H (2N+1) (T/2N)^2; Ulysses H (N+1)/2 Tc^2
+    (above). Lab 08 compares the balance of the variants."""
     s = _shape(variant, 1, heads, seq_len, 1, n, 1, zigzag)
     r = index("rank", rank, s.n, f"n={s.n}")
     tc = s.seq_len // s.n
     if s.variant == "ulysses":
         if boolean("zigzag", zigzag):
             raise ValueError("zigzag=True does not apply to variant='ulysses' (already balanced)")
-        return s.heads // s.n * s.seq_len ** 2
+        return s.heads // s.n * s.n * (s.n + 1) // 2 * tc ** 2  # H/N heads, N(N+1)/2 blocks
     if zigzag:
         return s.heads * (2 * s.n + 1) * (tc // 2) ** 2
     return s.heads * (r + 1) * tc ** 2
