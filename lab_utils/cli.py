@@ -1,7 +1,10 @@
 """Command line: `python -m lab_utils <command>` (lab 00).
 
     python -m lab_utils doctor                                    pre-flight check
+    python -m lab_utils twin validate                             the emulated cluster vs calc
+                                                                  and published runs (a table)
     python -m lab_utils cards --lab 05                            flashcards in the terminal
+    python -m lab_utils class serve --db class.sqlite             a live class (lab_utils.classroom)
     python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
@@ -114,6 +117,27 @@ def _cmd_cards(ns: argparse.Namespace) -> int:
     return cli_main(ns.rest)
 
 
+def _cmd_class(ns: argparse.Namespace) -> int:
+    import sqlite3
+
+    from lab_utils.classroom.server import serve
+
+    try:
+        serve(ns.db, ns.host, ns.port)
+    except sqlite3.Error as exc:
+        raise UsageError(f"--db {ns.db}: not a usable SQLite file ({exc})") from None
+    except OSError as exc:  # the address is taken, or not one of this machine's
+        raise UsageError(f"cannot listen on --host {ns.host} --port {ns.port}: {exc.strerror}"
+                         " (pick another --port)") from None
+    return 0
+
+
+def _cmd_twin(ns: argparse.Namespace) -> int:
+    from lab_utils.twin.validate import main
+
+    return main(["--no-grid"] if ns.no_grid else [])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -136,6 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     doc_p = sub.add_parser("doctor", help="check this machine is ready for the labs")
     doc_p.add_argument("--no-smoke", action="store_true", help="skip the 2-rank launch")
     doc_p.set_defaults(func=_cmd_doctor)
+
+    class_p = sub.add_parser("class", help="live class: `class serve --db FILE` (instructor)")
+    class_p.add_argument("action", choices=("serve",))
+    class_p.add_argument("--db", required=True, help="SQLite file that keeps the class (reused)")
+    class_p.add_argument("--host", default="127.0.0.1", help="interface (0.0.0.0: the room)")
+    class_p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    class_p.set_defaults(func=_cmd_class)
+
+    twin_p = sub.add_parser("twin", help="the emulated GPU cluster: `twin validate`")
+    twin_p.add_argument("action", choices=("validate",))
+    twin_p.add_argument("--no-grid", action="store_true", help="only the published rows")
+    twin_p.set_defaults(func=_cmd_twin)
     return parser
 
 

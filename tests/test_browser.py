@@ -44,6 +44,18 @@ playwright = pytest.importorskip("playwright.sync_api")
 EXPLORERS = ("memory_explorer", "bubble_explorer", "collective_explorer", "amdahl_explorer",
              "planner_widget", "training_cost_explorer")
 EVERY_EXPLORER = f"from lab_utils import viz\nfor name in {EXPLORERS}:\n    display(getattr(viz, name)())"
+# A scratch notebook of predictions as a learner meets them: typed, not preset (LAB_QUICK=0), kept
+# in a scratch store; each cell ends with the returned object (a second display would show here)
+CHOICES = ["that block only", "the root and that block", "the root, that block and the next",
+           "the whole model"]
+PREDICTIONS = [
+    "import os, tempfile\nos.environ['LAB_QUICK'] = '0'\n"
+    "os.environ['LAB_PREDICTIONS'] = os.path.join(tempfile.mkdtemp(), 'predictions.json')\n"
+    "from lab_utils.exercises import predict",
+    "g = predict('05.frac', 'ZeRO-1 state as a fraction of DDP state?', unit='x DDP')\ng",
+    "g.reveal(formula=0.625, measured=0.625)",
+    f"c = predict('05.held', 'Which full weights are held?', choices={CHOICES})\nc",
+    "print('the next cell ran')"]
 
 
 def number_boxes() -> list[tuple[str, str, str, str, bool]]:
@@ -88,9 +100,10 @@ def jupyter(tmp_path_factory, die_with_pytest):
     settings.mkdir(parents=True)
     # every cell stays in the DOM (no windowing), so the test can find the widget's output
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-    (labs / "every_explorer.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(EVERY_EXPLORER)],  # the labs' kernel, no kernel dialog
-        metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata)))
+    for name, cells in (("every_explorer", [EVERY_EXPLORER]), ("predictions", PREDICTIONS)):
+        (labs / f"{name}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(c) for c in cells],  # the labs' kernel: no dialog
+            metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata)))
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
@@ -253,7 +266,8 @@ def every_explorer_page(jupyter, browser):
     page.close()
 
 
-# In the page: the time of the Enter keydown, then, on every animation frame, whether `done(sel)` holds
+# In the page: the time of the Enter keydown, then, on every animation frame, whether `done(sel)`
+# holds; the frame after that one starts once it was painted (__labTimer: keydown to painted frame)
 PAGE_TIMER = """([sel, probe]) => {
     const done = new Function('sel', 'return (' + probe + ')(sel)');
     window.__labTimer = null;
@@ -261,8 +275,9 @@ PAGE_TIMER = """([sel, probe]) => {
     const onKey = e => {
         if (e.key !== 'Enter') return;
         box.removeEventListener('keydown', onKey, true);
-        const t0 = performance.now();
-        const check = () => done(sel) ? (window.__labTimer = performance.now() - t0) : requestAnimationFrame(check);
+        const t0 = window.__labT0 = performance.now();
+        const painted = () => { window.__labTimer = performance.now() - t0; };
+        const check = () => requestAnimationFrame(done(sel) ? painted : check);
         requestAnimationFrame(check);
     };
     box.addEventListener('keydown', onKey, true);
@@ -290,6 +305,13 @@ def wait_until_every_view_is_live(page) -> None:
                     f"views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}")
 
 
+# Where the time went, from LivePlot's marks (live_plot.py): keydown to the new figure's arrival
+# (page -> server -> kernel -> page, the kernel's work included), JSON.parse, Plotly.react
+PARTS = """sel => { const v = document.querySelector(sel + ' [data-lab-live]');
+    const [parse, react] = (v.dataset.labLiveCost || 'NaN NaN').split(' ').map(Number);
+    return {arrival: Number(v.dataset.labLiveArrived) - window.__labT0, parse, react}; }"""
+
+
 def typed_latency(page, explorer, css: str, box, value: str, probe: str = NEW_DATA) -> tuple[float, bool]:
     """ms from the Enter keydown to the first animation frame at which the page shows the result
     (by default: new plot data in the graph), timed in the page itself (performance.now), and
@@ -303,7 +325,28 @@ def typed_latency(page, explorer, css: str, box, value: str, probe: str = NEW_DA
     box.press("Enter")
     page.wait_for_function("() => window.__labTimer !== null", timeout=RENDER_TIMEOUT_MS)
     ms = page.evaluate("() => window.__labTimer")
+    if probe == NEW_DATA:
+        PARTS_SEEN.setdefault(css, []).append(dict(page.evaluate(PARTS, css), total=ms))
     return ms, explorer.locator(f".js-plotly-plot[data-lab-mark='{value}']").count() == 1
+
+
+PARTS_SEEN: dict[str, list[dict]] = {}
+
+
+def latency_table(parts: dict[str, list[dict]]) -> str:
+    """Per explorer: median and p95 of keydown -> painted frame, and where the time went."""
+    def q(xs: list[float], p: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
+    lines = [f"{'explorer':<24} {'total med':>9} {'p95':>6} | {'arrival':>7} {'parse':>6} "
+             f"{'react':>6} {'frame':>6}  (ms, medians; n)"]
+    for css, rows in parts.items():
+        col = {k: [r[k] for r in rows] for k in ("total", "arrival", "parse", "react")}
+        frame = [r["total"] - r["arrival"] - r["parse"] - r["react"] for r in rows]
+        lines.append(f"{css.strip('.'):<24} {q(col['total'], .5):9.0f} {q(col['total'], .95):6.0f} | "
+                     f"{q(col['arrival'], .5):7.0f} {q(col['parse'], .5):6.1f} "
+                     f"{q(col['react'], .5):6.1f} {q(frame, .5):6.0f}  n={len(rows)}")
+    return "\n".join(lines)
 
 
 def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_explorer_page):
@@ -330,7 +373,7 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
             explorer = page.locator(css).first
             wait_for_first_draw(page, explorer, css)
             box = explorer.locator(f".widget-text:has(label:text-is('{label}')) input")
-            runs = [typed_latency(page, explorer, css, box, v) for v in (first, second) * 3]
+            runs = [typed_latency(page, explorer, css, box, v) for v in (first, second) * 5]
             latencies[f"{css.strip('.')}, {label} typed (Enter -> DOM)"] = [ms for ms, _ in runs]
             in_place[css] = [same for _, same in runs]
             assert explorer.locator(".lab-widget-error").count() == 0, f"{css}: valid values show no error"
@@ -348,8 +391,10 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
         latencies["round trip alone: amdahl-explorer, 'abc' typed (Enter -> error box, no plot)"] = floor
         LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
         LATENCY_FILE.write_text(json.dumps(latencies))
+        (LATENCY_FILE.parent / "browser_latency_parts.json").write_text(json.dumps(PARTS_SEEN))
         for name, ms in latencies.items():
             print(f"{name}: {[round(x) for x in ms]} ms")
+        print(latency_table(PARTS_SEEN))
         assert all(all(flags) for flags in in_place.values()), \
             f"not redrawn in place: {in_place}; views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}"
     except Exception:
@@ -383,3 +428,121 @@ def test_every_number_box_rejects_what_it_cannot_take_when_typed(every_explorer_
     except Exception:
         page.screenshot(path=str(SHOTS / "every-explorer-FAILED.png"), full_page=True)
         raise
+
+
+ACTIVE_CELL = "() => window.jupyterapp.shell.currentWidget.content.activeCellIndex"
+RUN_CELLS = """async indices => { const nb = window.jupyterapp.shell.currentWidget.content;
+    for (const i of indices) { nb.activeCellIndex = i;
+                               await window.jupyterapp.commands.execute('notebook:run-cell'); } }"""
+CUT_LABELS = """() => [...document.querySelectorAll('.lab-prediction :is(label, button)')]
+    .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
+
+
+def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, browser):
+    """Issue 37.6: "5/8" and Enter commit; the input becomes plain HTML (no stale "not committed"
+    box, the reveal fills in once); the keyboard focus goes to the next cell (Shift+Enter runs
+    it); every choice shows whole; the saved notebook, reopened on a new kernel, shows both
+    guesses instead of "Error displaying widget"."""
+    base, token = jupyter
+    page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 0)
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    try:
+        page.evaluate(RUN_CELLS, [1, 2, 3])
+        box = cells.nth(1).locator(".lab-prediction input[type=text]")
+        box.click()
+        box.type("5/8")
+        box.press("Enter")
+        cells.nth(1).locator(".lab-prediction-committed").wait_for()
+        assert "0.625" in cells.nth(1).inner_text() and "exact" in cells.nth(2).inner_text()
+        assert page.evaluate(ACTIVE_CELL) == 2, "the focus must move on to the next cell"
+        assert page.evaluate(CUT_LABELS) == [], "a choice or button label is cut"
+        page.screenshot(path=str(SHOTS / "prediction-choices.png"))
+        cells.nth(3).locator(f"label:has-text('{CHOICES[2]}')").click()
+        cells.nth(3).locator("button:text-is('Commit')").click()
+        cells.nth(3).locator(".lab-prediction-committed").wait_for()
+        assert "your choice" in cells.nth(3).inner_text() and page.evaluate(ACTIVE_CELL) == 4
+        page.keyboard.press("Shift+Enter")
+        cells.nth(4).locator(".jp-OutputArea-output:has-text('the next cell ran')").wait_for()
+        assert "not committed yet" not in page.content()
+        assert cells.nth(1).locator(".jp-OutputArea-output").count() == 1  # the box, once
+        page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+        page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    finally:
+        page.close()
+    sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}"))
+    for s in sessions:  # the kernel ends: its widget models are gone, as after a restart
+        urllib.request.urlopen(urllib.request.Request(
+            f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE"))
+    page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 4)
+    try:
+        page.locator(".lab-prediction-committed").nth(1).wait_for()
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "0.625" in text and CHOICES[2] in text and "your choice" in text
+        assert "Error displaying widget" not in page.content()
+        page.screenshot(path=str(SHOTS / "prediction-reopened.png"))
+    finally:
+        page.close()
+
+
+# In the page, for one explorer: what a learner would see cut or covered (element boxes)
+LAYOUT_PROBLEMS = """sel => {
+    const root = document.querySelector(sel), out = [];
+    const box = e => e.getBoundingClientRect();
+    const name = e => (e.getAttribute('class') || e.tagName).split(' ')[0] + ' "'
+                      + (e.textContent || '').trim().slice(0, 30) + '"';
+    const cover = (a, b) => Math.max(0, Math.min(a.right, b.right) - Math.max(a.left, b.left))
+                          * Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+    const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5;
+    const gd = root.querySelector('.js-plotly-plot');
+    const texts = [...gd.querySelectorAll('.gtitle, .xtitle, .ytitle, .y2title, .y3title, '
+                                          + '.x2title, .x3title, .annotation, .legend .bg')]
+        .filter(e => box(e).width > 0);
+    for (let i = 0; i < texts.length; i++)
+        for (let j = i + 1; j < texts.length; j++)
+            if (cover(box(texts[i]), box(texts[j])) > 4)
+                out.push(`${name(texts[i])} overlaps ${name(texts[j])}`);
+    for (const e of texts)
+        if (!inside(box(e), box(gd))) out.push(`${name(e)} sticks out of the figure`);
+    const area = root.closest('.jp-OutputArea-output') || root.parentElement;
+    if (!inside(box(root), box(area))) out.push('the explorer is wider than its output area');
+    for (const e of root.querySelectorAll('input, select, button')) {
+        const cell = e.closest('.widget-inline-hbox') || root;
+        if (!inside(box(e), box(cell)) || !inside(box(e), box(root)))
+            out.push(`${name(e.closest('.widget-inline-hbox') || e)} input is clipped`);
+    }
+    const ctx = document.createElement('canvas').getContext('2d');
+    for (const e of root.querySelectorAll('select')) {
+        const s = getComputedStyle(e), text = e.options[e.selectedIndex]?.text || '';
+        ctx.font = s.font;
+        const room = e.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+        if (ctx.measureText(text).width > room) out.push(`dropdown text cut: "${text}"`);
+    }
+    for (const e of root.querySelectorAll('label'))
+        if (e.scrollWidth > e.clientWidth + 1) out.push(`label cut: "${e.textContent}"`);
+    const scroller = root.closest('.jp-WindowedPanel-outer') || root.closest('.jp-Notebook');
+    const tall = box(gd).bottom - box(root).top, room = scroller.clientHeight;
+    if (tall > room) out.push(`controls + figure ${Math.round(tall)} px tall in a ${room} px area`);
+    return out;
+}"""
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)], ids=["1280x800", "1920x1080"])
+def test_every_explorer_fits_the_screen_without_overlaps(every_explorer_page, size):
+    """Issue 37.4: at a laptop's 1280x800 and a desktop's 1920x1080, no explorer has text over
+    text in its figure (legend, title, annotations, axis titles), a control cut or sticking out,
+    a dropdown that cuts its own text, or a height that does not fit the notebook area."""
+    page = every_explorer_page
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    try:
+        problems = {}
+        for css in LATENCY_INPUTS:
+            explorer = page.locator(css).first
+            wait_for_first_draw(page, explorer, css)
+            explorer.scroll_into_view_if_needed()
+            page.wait_for_timeout(300)  # plotly redraws on a resize
+            explorer.screenshot(path=str(SHOTS / f"{css.strip('.')}-{size[0]}x{size[1]}.png"))
+            problems[css] = page.evaluate(LAYOUT_PROBLEMS, css)
+        print(json.dumps(problems, indent=1))
+        assert not any(problems.values()), problems
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 800})

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from lab_utils.calc import (alg_bandwidth, bus_bandwidth, busbw_factor, collective_time,
-                            dp_bytes_per_rank, fit_alpha_beta, hierarchical_all_reduce_time,
+                            dp_bytes_per_rank, fit_alpha_beta, hierarchical_time,
                             pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
 
 
@@ -141,11 +141,11 @@ def test_hierarchical_all_reduce_time():
     g, m, d = 8, 4, 8e9
     rs = 7 * 1e-6 + 7 / 8 * d / 400e9
     across = 2 * 3 * 10e-6 + 2 * 3 / 4 * (d / 8) / 50e9
-    got = hierarchical_all_reduce_time(g, m, d, (1e-6, 400e9), (10e-6, 50e9))
+    got = hierarchical_time("all_reduce", g, m, d, 1e-6, 400e9, 10e-6, 50e9)
     assert got == pytest.approx(2 * rs + across, rel=1e-12)
     flat = collective_time("all_reduce", g * m, d, 10e-6, 50e9)
     assert flat / got > 3  # one flat ring crosses the network with every rank's bytes
-    assert hierarchical_all_reduce_time(1, m, d, (1e-6, 400e9), (10e-6, 50e9)) == \
+    assert hierarchical_time("all_reduce", 1, m, d, 1e-6, 400e9, 10e-6, 50e9) == \
         pytest.approx(collective_time("all_reduce", m, d, 10e-6, 50e9))
-    with pytest.raises(ValueError, match="gpus_per_node"):
-        hierarchical_all_reduce_time(0, m, d, (1e-6, 400e9), (10e-6, 50e9))
+    with pytest.raises(ValueError, match="per_node"):
+        hierarchical_time("all_reduce", 0, m, d, 1e-6, 400e9, 10e-6, 50e9)

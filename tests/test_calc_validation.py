@@ -74,6 +74,21 @@ VALID: dict[str, dict] = {
     "cp_causal_pairs": dict(variant="ring", heads=32, seq_len=131072, n=16, rank=15,
                             zigzag=False),
     "ring_bytes_per_rank": dict(op="all_reduce", n=8, size_bytes=1e6),
+    "hierarchical_time": dict(op="all_reduce", per_node=8, nodes=4, size_bytes=1e9,
+                              intra_alpha_s=1e-6, intra_bw=450e9, inter_alpha_s=1e-5,
+                              inter_bw=50e9),
+    "group_collective_time": dict(op="all_gather", size=16, nodes=2, per_node=8, size_bytes=1e9,
+                                  intra_alpha_s=1e-6, intra_bw=450e9, inter_alpha_s=1e-5,
+                                  inter_bw=50e9),
+    "ClusterSpec": dict(name="DGX H100", device="H100-SXM5-80GB", gpus_per_node=8,
+                        intra_link="NVLink4", inter_link="IB-NDR", intra_latency_s=2e-6,
+                        inter_latency_s=5e-6, compute_efficiency=0.6, source="data sheet"),
+    "critical_intensity": dict(device_flops=989e12, link_bytes_per_s=450e9),
+    "tp_intensity": dict(hidden=8192, tp=8, bytes_per_value=2.0),
+    "fsdp_intensity": dict(tokens_per_rank=8192, dp=64, param_bytes=2.0, grad_bytes=4.0),
+    "lr_for_batch": dict(base_lr=1e-3, base_batch=256, batch=1024, optimizer="adam"),
+    "large_batch_tradeoff": dict(batch=512, critical_batch=2048),
+    "compute_optimal": dict(compute_flops=5.76e23, tokens_per_param=20.0),
     "collective_time": dict(op="all_gather", n=8, size_bytes=1e6, alpha_s=1e-5,
                             bandwidth_bytes_per_s=50e9, algorithm="tree"),
     "alg_bandwidth": dict(size_bytes=1e6, time_s=1e-3),
@@ -188,11 +203,12 @@ METHODS: dict[str, tuple] = {
     "LlamaRun.memory": (LLAMA3_405B_TABLE4[0].memory, dict(micro_batch=1)),
     "DeepSeekBudget.days": (DEEPSEEK_V3.days, dict(gpu_hours=2.664e6)),
     "DeepSeekBudget.implied_mfu": (DEEPSEEK_V3.implied_mfu, dict(peak_flops=989e12)),
+    "ClusterSpec.cluster": (next(iter(calc.CLUSTER_SPECS.values())).cluster, dict(n_nodes=2)),
     "MoEParamCount.active": (calc.moe_param_count(calc.MOE_PRESETS["mixtral-8x7b"]).active,
                              dict(count_embedding=False)),
 }
 # Classes that only carry results computed by calc (published records are inputs: fuzzed).
-RESULTS = {"ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan", "CPBytes",
+RESULTS = {"BatchTradeoff", "ComputeOptimal", "ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan", "CPBytes",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
            "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan"}
@@ -200,7 +216,8 @@ FREE_TEXT = {("KorthikantiRun", "name"), ("NarayananEstimate", "model"), ("MoECo
              ("MoEConfig", "source"), ("ModelConfig", "name"), ("Recipe", "name"),
              ("Recipe", "source"),
              ("Device", "name"), ("Device", "source"), ("Link", "name"), ("Link", "note"),
-             ("Cluster", "name"), ("FloatFormat", "name")}
+             ("Cluster", "name"), ("FloatFormat", "name"), ("ClusterSpec", "name"),
+             ("ClusterSpec", "source")}
 NEGATIVE_OK = {("fmt_bytes", "n")}  # a difference of two memory figures may be negative
 # Words a message may use for an argument (e.g. each element of ``ns`` is "each N in ns").
 ALIASES = {"recipe_name": "recipe", "recomputes": "recompute", "zero_stages": "zero_stage",

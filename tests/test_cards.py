@@ -142,6 +142,7 @@ def _deck(root, cards, name="05_x.yaml"):
     ([_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}, unit: parsecs}")],
      "unknown unit 'parsecs'"),
     ([_card_yaml("a", extra="    back: twice\n")], "duplicate key 'back'"),
+    ([_card_yaml("a", back="at $3 per GPU-hour: $1.5M")], "typesets as LaTeX"),
 ])
 def test_broken_decks_give_readable_errors(tmp_path, cards, expected):
     deck = _deck(tmp_path, cards)

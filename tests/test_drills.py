@@ -1,4 +1,4 @@
-"""Quick-math drills (lab_utils/practice/drills.py + generators, lab 12): every answer equals the
+"""Quick-math drills (lab_utils/practice/drills/, lab 12): every answer equals the
 calculator recomputed here from the drill's parameters; right answers pass within tolerance;
 wrong ones are rejected with the explanation; every misconception is rejected AND named; input
 that is not a number submits nothing and says why; seeds and ids rebuild the same drill."""
@@ -128,6 +128,17 @@ def test_parse_answer_units_and_forms():
     assert parse_answer("1e3", "MB") == 1000
     with pytest.raises(ValueError, match="not a number in GB"):
         parse_answer("48 MB", "GB")
+    assert parse_answer("$1.5M", "million USD") == 1.5 == parse_answer("1.5 million USD", "million USD")
+
+
+@pytest.mark.parametrize("kind, typed, factor", [("max_model", "8.8e9", "1e9"),
+                                                 ("model_state", "1.12e11", "1e9"),
+                                                 ("training_cost", "1500000", "1e6")])
+def test_a_plain_count_typed_for_a_scaled_unit_gets_a_hint_not_a_verdict(kind, typed, factor):
+    """'(answer in B params)' read as a count: 8.8e9 is refused with the factor, not graded."""
+    session = DrillSession(seed=0, kinds=[kind])
+    r = session.submit(0, typed)
+    assert not r.valid and f"divide by {factor}" in r.message and session.answered == 0
 
 
 def test_seeded_reproducibility():

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lab_utils.tools.nbtools import execute, problems
+from lab_utils.tools.nbtools import KERNELSPEC, execute, problems, strip
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = sorted((ROOT / "labs").glob("[0-9][0-9]_*.ipynb"))
@@ -34,6 +34,22 @@ def test_labs_exist_in_order():
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])
 def test_conventions(path):
     assert problems(nbformat.read(path, as_version=4)) == []
+
+
+def test_notebooks_name_the_kernel_make_lab_installs():
+    """JupyterLab rewrites a notebook's kernelspec to the kernel it starts, and the tab then shows
+    "modified" before anything ran: every lab names the kernel the Makefile installs."""
+    import re
+    install = re.search(r"ipykernel install .*--name (\S+) --display-name \"([^\"]+)\"",
+                        (ROOT / "Makefile").read_text())
+    assert install, "the Makefile no longer installs a named kernel: update nbtools.KERNELSPEC"
+    assert (KERNELSPEC["name"], KERNELSPEC["display_name"]) == install.groups()
+    for path in LABS:
+        assert nbformat.read(path, as_version=4).metadata.kernelspec == KERNELSPEC, path.name
+    other = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3",
+                                                              "display_name": "Python 3"}})
+    assert any("kernelspec" in p for p in problems(other))
+    assert strip(other) and other.metadata.kernelspec == KERNELSPEC   # `make strip` repairs it
 
 
 @pytest.mark.parametrize("path", LABS, ids=[p.stem for p in LABS])

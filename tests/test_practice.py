@@ -10,8 +10,9 @@ import pytest
 from lab_utils import practice
 from lab_utils.practice import leaks
 from lab_utils.practice.concepts import MIN_WORDS
-from lab_utils.practice.mock_ui import MockWidget
-from lab_utils.practice.widgets import ConceptWidget, CritiqueWidget, DrillWidget
+from lab_utils.practice.items import math_pair
+from lab_utils.practice.mock_ui import PRETEND_TEXT, MockWidget
+from lab_utils.practice.widgets import ConceptCard, ConceptWidget, CritiqueWidget, DrillWidget
 
 CONCEPTS, DEBUGS = practice.load_bank("concept"), practice.load_bank("debug")
 CRITIQUES = practice.all_critiques()
@@ -62,6 +63,12 @@ def test_keyword_hints_find_most_points_in_the_model_answer(c):
     assert sum(off_topic.hints) <= 1
 
 
+def test_the_fail_fast_hint_is_not_credited_to_the_opposite_advice():
+    hang = practice.concept("debug:hang-at-step-n")             # point 4: make it fail, not hang
+    assert not hang.submit("Raise the NCCL timeout to two hours and restart the job.").hints[3]
+    assert hang.submit("Set a short timeout and a monitored_barrier so the job fails.").hints[3]
+
+
 def test_concept_submit_grade_and_bad_input():
     c = practice.concept("zero-stages")
     assert not c.submit("too short").valid and f"at least {MIN_WORDS} words" in c.submit("").message
@@ -105,7 +112,8 @@ def test_critique_grading(c):
     right = set(range(1, len(c.statements) + 1)) - wrong
     perfect = c.grade(wrong, [d.answer for d in c.fixes])
     assert perfect.valid and perfect.score == 1 and str(perfect).startswith(f"submitted [{c.id}]")
-    assert c.grade().score == 0                                      # nothing found
+    assert not c.grade().valid and "nothing to submit" in str(c.grade())   # empty: refused
+    assert c.grade({next(iter(right))}).score == 0                   # a false alarm only
     assert c.grade(wrong | right, [d.answer for d in c.fixes]).score < 1   # false alarms cost
     flawed = c.grade(wrong, [d.mistakes[0].value for d in c.fixes])   # the claim's own figures
     assert all("classic mistake" in chk.message for chk in flawed.checks)
@@ -192,6 +200,10 @@ def test_concept_widget_write_submit_tick_score():
     ui = ConceptWidget("concept")
     assert_no_secret(ui, CONCEPTS)
     assert len(ui.picker.options) == len(CONCEPTS)
+    for (label, _), c in zip(ui.picker.options, CONCEPTS):     # cut at a word, the cut marked
+        full = f"{c.topic}: {c.question}"
+        assert label == full or (len(label) <= 90 and label.endswith("…")
+                                 and full[len(label) - 1] in " ,;:" and full.startswith(label[:-1]))
     ui.picker.value = "concept:pipeline-bubble"
     c = ui.card.concept
     ui.card.text.value = "idle"
@@ -235,6 +247,48 @@ def test_critique_widget_flags_numbers_and_errors():
     assert "score 100%" in card.feedback.value and all(f.disabled for f in card.flags)
 
 
+def test_an_empty_critique_submit_reveals_nothing_and_locks_nothing():
+    ui = CritiqueWidget()
+    ui.picker.value = "critique:amdahl-256"
+    card = ui.card
+    card.submit_button.click()                             # nothing ticked, both boxes empty
+    assert "nothing to submit" in card.error.value and card.feedback.value == ""
+    assert not card.submit_button.disabled and "critique:amdahl-256" not in ui.results
+    assert_no_secret(ui, CRITIQUES)
+    card.flags[2].value = True
+    card.submit_button.click()
+    assert card.submit_button.disabled and "submitted" in card.feedback.value
+
+
+def test_mock_concept_not_self_graded_keeps_its_hint_score_and_the_clock_stops_at_finish():
+    clock = FakeClock()
+    ui = MockWidget(practice.MockInterview(seed=1, minutes=20, clock=clock))
+    ui.start_button.click()
+    while not isinstance(ui.card, ConceptCard):
+        ui.next_button.click()
+    slot = ui.mock.items[ui.mock.index]
+    ui.card.text.value = PRETEND_TEXT
+    ui.card.submit_button.click()
+    ui.card.points[0].value = True                         # ticked, but "Score" never pressed
+    ticked = {i for i, cb in enumerate(ui.card.points, 1) if cb.value}
+    ui.next_button.click()
+    assert slot.result.score == len(ticked) / len(slot.item.points) > 0
+    clock.t += 120
+    ui.finish_button.click()
+    assert "Finished" in ui.status.value and "left" not in ui.status.value
+    clock.t += 600                                         # the clock no longer runs
+    assert ui.mock.elapsed_s == 120 and ui.holder.children == ()
+    with pytest.raises(ValueError, match="finished"):
+        ui.mock.answer(value=1)
+    m = practice.MockInterview(seed=1, minutes=20, clock=clock)   # the same without a widget
+    m.start()
+    while not isinstance(m.current, practice.Concept):
+        m.next()
+    r = m.answer(text=m.current.answer)
+    m.finish()
+    assert r.score == sum(r.hints) / len(r.hints)
+
+
 def test_mock_widget_runs_a_whole_interview():
     clock = FakeClock()
     ui = MockWidget(practice.MockInterview(seed=1, minutes=20, clock=clock))
@@ -250,6 +304,32 @@ def test_mock_widget_runs_a_whole_interview():
     assert 0 < score <= 1 and "Score" in ui.result.value and ui.mock.finished
 
 
+def rendered_texts():
+    """Every text the practice items can render: prompts, results (right, wrong, given up),
+    statements, key points, model answers; drills of every kind over several seeds."""
+    drills = [d for seed in range(6) for d in practice.make_drills(seed)]
+    for d in drills:
+        yield d.id, d.prompt
+        for value in (d.answer, d.answer * 3, *(m.value for m in d.mistakes)):
+            yield d.id, str(d.check(value))
+    session = practice.DrillSession(seed=0)
+    yield "give up", str(session.give_up(0))
+    for c in CONCEPTS + DEBUGS:
+        yield c.id, c.prompt + "\n" + str(c.submit(c.answer))
+    for c in CRITIQUES:
+        yield c.id, c.prompt + "\n" + str(c.grade({1}, [d.answer for d in c.fixes]))
+
+
+def test_no_rendered_practice_text_holds_a_pair_of_dollar_signs():
+    """JupyterLab typesets the text between two "$" of an HTML output as LaTeX (lab 12's cost
+    drill lost its price that way): money is written in USD, and no text may hold such a pair."""
+    found = [(i, math_pair(t)) for i, t in rendered_texts() if math_pair(t)]
+    assert found == []
+    assert math_pair("at $3 per GPU-hour (answer in $M)") and not math_pair(r"\$3 or \$4")
+    cost = practice.make_drill("training_cost", "0.1")
+    assert cost.check(f"${cost.answer:.4f}M").accepted and "USD" in cost.prompt
+
+
 def test_module_entry_points():
     assert isinstance(practice.drill_widget(0), DrillWidget)
     assert isinstance(practice.critique_widget(), CritiqueWidget)
@@ -258,3 +338,45 @@ def test_module_entry_points():
         assert practice.lookup(item_id).id == item_id
     with pytest.raises(ValueError, match="not a practice item"):
         practice.lookup("quiz:1")
+
+
+# --- the layout: packages with an index, imports one way ------------------------------------
+
+def import_graph(package: str) -> tuple[dict[str, set[str]], list[str]]:
+    """Module -> the modules of ``package`` it imports (at module level or in a function), and
+    the private names (``_x``) one module of the package imports from another."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    files = {".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): f
+             for f in (root / package.replace(".", "/")).rglob("*.py")}
+    graph, private = {}, []
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+                private += [f"{name}: {node.module}.{a.name}" for a in node.names
+                            if node.module in files and a.name.startswith("_")]
+        graph[name] = {m for m in found if m in files and m != name}
+    return graph, private
+
+
+@pytest.mark.parametrize("package", ["lab_utils.practice", "lab_utils.cards"])
+def test_no_import_cycle_and_no_private_import(package):
+    graph, private = import_graph(package)
+    assert private == []
+    done, path = set(), []
+
+    def visit(m):                       # depth-first search: a module met again on the path
+        assert m not in path, f"import cycle: {' -> '.join(path[path.index(m):] + [m])}"
+        if m not in done:
+            path.append(m)
+            for n in graph[m]:
+                visit(n)
+            path.pop()
+            done.add(m)
+    for m in graph:
+        visit(m)

@@ -93,3 +93,77 @@ def test_revealed_guesses_come_back_in_the_review_widget(store, tmp_path):
     assert "Bytes one rank sends per step" in w.predictions.value and "1.52" in w.predictions.value
     w.lab.value = "05"
     assert w.predictions.value == ""                  # no guess committed in lab 05
+
+
+def test_typed_formats_people_use_are_read_in_the_question_unit(store):
+    """Issue 37.6: "5/8" for a fraction, "20%" for a percentage, sizes and multiples with units."""
+    from lab_utils.exercises.typed_guess import read_guess
+    assert parse_number("5/8") == 0.625 and parse_number("0.5x") == 0.5 and read_guess(".5") == 0.5
+    assert read_guess("20%", "%") == 20 and read_guess("20%", "of the step") == 0.2
+    assert read_guess("64 KB", "B") == 64_000 and read_guess("64 KiB", "B") == 65_536
+    assert read_guess("1,000 TB", "TB") == 1000 and read_guess("2 h", "minutes") == 120
+    assert read_guess("1.25 x DDP", "x DDP") == 1.25 and read_guess("1e9", "FLOP/B") == 1e9
+    for bad, unit, why in [("1/0", "", "divides by zero"), ("2x", "B", "a multiple"),
+                           ("5 apples", "B", "expected a number in B"), ("1e999", "", "finite")]:
+        with pytest.raises(ValueError, match=why):
+            read_guess(bad, unit)
+    p = predict("09.drop", "% of assignments dropped?", unit="%")
+    p.commit("20%")
+    assert p.value == 20
+
+
+def run_cells(*cells: str) -> list:
+    """Run cells in an IPython shell; every display (and display update) they published."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    shell = InteractiveShell.instance()
+    with capture_output() as captured:
+        for cell in cells:
+            shell.run_cell(cell).raise_error()
+    return captured.outputs
+
+
+def test_a_cell_ending_with_a_prediction_reveal_or_table_shows_it_once(store):
+    """Issue 37.6: a cell ending with the prediction's name showed a second, stale "not committed
+    yet" box; a reveal or show_table as a cell's last line showed twice."""
+    setup = "from lab_utils.exercises import predict\nfrom lab_utils.viz import show_table\n"
+    outs = run_cells(setup + "g = predict('09.a', 'How many?', unit='B')\ng",
+                     "g.reveal(formula=2.0, measured=2.0)", "show_table([{'a': 1}])",
+                     "g.commit('2 KB')")
+    fresh = [o for o in outs if not o.update]
+    assert len(fresh) == 3, [o.data.keys() for o in fresh]   # input, reveal, table: once each
+    assert "application/vnd.jupyter.widget-view+json" in fresh[0].data
+    assert all("not committed yet" not in o.data.get("text/html", "") for o in outs)
+    updates = [o.data["text/html"] for o in outs if o.update]
+    assert len(updates) == 2                                  # the input's, the reveal's
+    assert "committed: <b>2000</b> B" in updates[0] and "<script>" in updates[0]
+    assert "1e+03x the answer" in updates[1]      # 2000 B against 2 B
+    # what a reopened notebook keeps: plain HTML, no widget
+    assert all("application/vnd.jupyter.widget-view+json" not in o.data for o in outs if o.update)
+
+
+def test_enter_commits_and_choices_show_whole_and_chosen(store):
+    """Issue 37.6: Enter in the text box commits what was typed (the text travels with the request:
+    typed_box.py); multiple choice shows every option whole (one radio button each) and, once
+    committed, which one was chosen."""
+    from lab_utils.exercises.predict import Prediction
+    from lab_utils.exercises.predict_view import _input_widget, committed_html
+    p = Prediction("05.frac", "ZeRO-1 as a fraction of DDP?", unit="x DDP")
+    view = _input_widget(p)
+    box, error = view.children[1], view.children[2]
+    assert box.placeholder == "a number (x DDP)"
+    box._handle_custom_msg({"type": "commit", "text": "five eighths"}, [])  # what Enter sends
+    assert not p.committed and "not a number" in error.value
+    box._handle_custom_msg({"type": "something else"}, [])
+    box._handle_custom_msg({"type": "commit", "text": "5/8"}, [])
+    assert p.value == 0.625
+    choices = ["that block only", "the root and that block", "the root, that block and the next"]
+    q = Prediction("05.held", "What is held?", choices=tuple(choices))
+    radio, commit = _input_widget(q).children[1].children
+    commit.click()
+    assert not q.committed                                    # nothing chosen: nothing committed
+    radio.value = choices[2]
+    commit.click()
+    shown = committed_html(q)
+    assert all(c in shown for c in choices) and shown.count("your choice") == 1
+    assert shown.index("your choice") > shown.index(choices[2])

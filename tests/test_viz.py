@@ -76,7 +76,7 @@ def test_the_figure_travels_as_output_state_until_a_page_draws_it_live(factory):
     shown = out["data"]["application/vnd.plotly.v1+json"]
     assert len(shown["data"]) == len(w.figure.data) > 0
     assert "text/plain" in out["data"]
-    assert json.loads(w.plot.figure) == shown  # the live view has the same figure to redraw from
+    assert w.plot.full() == shown  # the live view has the same figure to redraw from
 
     w.plot.live = True  # what the page reports once it drew the graph
     box = next(n for n, c in w.controls.items() if isinstance(c, NumberText))
@@ -84,9 +84,9 @@ def test_the_figure_travels_as_output_state_until_a_page_draws_it_live(factory):
     w.set(**{box: str(2 * float(old)) if not w.controls[box].whole else str(2 * int(old))})
     if not w.error_message:
         assert w.view.outputs == (out,), "a live page redraws in place: the Output is not replaced"
-        assert json.loads(w.plot.figure) != shown
+        assert w.plot.full() != shown
     w.plot.live = False  # a redraw failed on the page: the Output shows the current figure
-    assert w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"] == json.loads(w.plot.figure)
+    assert w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"] == w.plot.full()
 
 
 def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeypatch):
@@ -106,7 +106,7 @@ def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeyp
     assert w.plot in w.children and first not in w.children and first.comm is None  # closed
     assert w.plot.figure == first.figure and not w.plot.deaf
     w.set(m="8")  # the explorer drives its new plot
-    assert json.loads(w.plot.figure) == w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"]
+    assert w.plot.full() == w.view.outputs[0]["data"]["application/vnd.plotly.v1+json"]
     for _ in range(2 * MAX_RENEWALS):
         w.plot._on_view_message(w.plot, report, [])
     assert w.plot_renewals == MAX_RENEWALS and w.plot.deaf, "then the Output path stays"

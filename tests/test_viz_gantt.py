@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from lab_utils.calc import schedule
-from lab_utils.viz import KIND_COLORS, collective_state_figure, gantt_figure, kind_of
+from lab_utils.viz import KIND_COLORS, collective_state_figure, gantt_figure, gantt_spec, kind_of
 
 
 def _bars(fig):
@@ -109,3 +109,39 @@ def test_dataclass_records_are_read_like_dicts():
     fig = gantt_figure([Rec(0, "F", 5.0, 6.0, 1), Rec(1, "B", 6.0, 8.0, 1)])
     assert _bars(fig) == [("rank 0", "forward", 0.0, 1.0, "1"), ("rank 1", "backward", 1.0, 3.0, "1")]
     assert fig.layout.xaxis.title.text == "time (s)"
+
+
+def test_bars_with_a_kind_share_one_legend_entry_and_colours_never_repeat():
+    """Issue 37.5 (lab 11 cell 15): bars named "step 0".."step 9" of kind "step" made 14 legend
+    entries over the title, their colours cycling; now one entry per kind, each bar labelled
+    with its own name, the legend beside the plot, and no two entries share a colour."""
+    events = [dict(rank=0, name=f"step {i}", kind="step", start=i, end=i + 0.9) for i in range(10)]
+    events += [dict(rank=1, name=k, kind=k, start=0, end=1) for k in ("startup", "load", "crash")]
+    spec = gantt_spec(events, title="elastic job")
+    assert sorted(d["name"] for d in spec["data"]) == ["crash", "load", "startup", "step"]
+    steps = next(d for d in spec["data"] if d["name"] == "step")
+    assert list(steps["text"]) == [f"step {i}" for i in range(10)]
+    assert spec["layout"]["legend"]["orientation"] == "v" and spec["layout"]["legend"]["x"] > 1
+    many = gantt_spec([dict(rank=0, name=f"op{i}", start=i, end=i + 1) for i in range(14)])
+    colors = [d["marker"]["color"] for d in many["data"]]
+    assert len(colors) == 14 == len(set(colors))
+
+
+def test_a_figure_whose_axis_runs_far_beyond_its_data_is_refused():
+    """Issue 37.6 (lab 09 cell 35): add_hline(y=80, annotation_text=...) on a log axis put the
+    annotation at 10^80 (plotly reads annotation positions on log axes as log10): the axis ran
+    to 10^85 and flattened every bar. The check names the axis, the data span and the culprit."""
+    import plotly.graph_objects as go
+    from lab_utils.viz import axis_problems, checked, to_figure
+    fig = go.Figure([go.Bar(x=["1", "64"], y=[500.0, 5.0]), go.Bar(x=["1", "64"], y=[20.0, 20.0])])
+    fig.add_hline(y=80, line_dash="dot", annotation_text="80 GB")
+    fig.update_layout(barmode="stack", yaxis=dict(type="log"))
+    (problem,) = axis_problems(fig)
+    assert "yaxis (log)" in problem and "'80 GB'" in problem and "1e+80" in problem
+    with pytest.raises(ValueError, match="log10"):
+        checked(fig)
+    fig.update_layout(yaxis=dict(type="linear"))           # on a linear axis y=80 is 80: fine
+    assert checked(fig) is fig
+    with pytest.raises(ValueError, match="its range"):
+        to_figure({"data": [dict(type="scatter", x=[1, 2], y=[1, 2])],
+                   "layout": {"yaxis": {"range": [0, 1e6]}}})

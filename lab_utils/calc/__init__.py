@@ -31,19 +31,26 @@ gives the formula, its source and the lab.
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
     moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
+    batch_size    lr_for_batch (SGD linear, Adam sqrt), large_batch_tradeoff (lab 02)
+    compute_optimal  compute_optimal: Chinchilla's N and D for a budget (lab 10)
+    roofline      critical_intensity, tp_intensity, fsdp_intensity     (labs 05, 06, 08)
+    facts         SHARED_FACTS: facts several labs state, one source (tests/test_shared_facts)
     _line_fit     least squares for fit_alpha_beta and fit_serial_fraction (labs 03, 10)
 """
 from lab_utils.calc._check import ZERO_STAGES, zero_stage
 from lab_utils.calc.activations import (ActivationMemory, activation_bytes_per_layer,
                                         activation_memory, embedding_activation_bytes,
                                         in_flight_microbatches, logits_bytes)
+from lab_utils.calc.batch_size import BatchTradeoff, large_batch_tradeoff, lr_for_batch
 from lab_utils.calc.checkpointing import CheckpointPlan, checkpoint_segments, optimal_segments
 from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_bandwidth,
                                  busbw_factor, collective_time, dp_bytes_per_rank,
-                                 fit_alpha_beta, hierarchical_all_reduce_time,
+                                 fit_alpha_beta, group_collective_time, hierarchical_time,
                                  pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.calc.context_parallel import (CP_VARIANTS, CPBytes, cp_bytes_per_rank,
                                              cp_causal_pairs, cp_saved_bytes)
+from lab_utils.calc.roofline import critical_intensity, fsdp_intensity, tp_intensity
+from lab_utils.calc.compute_optimal import ComputeOptimal, compute_optimal
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
                                      DeepSeekV3Params, deepseek_v3_params,
                                      deepseek_v3_stage_memory)
@@ -52,7 +59,8 @@ from lab_utils.calc.fp8 import (FORMATS, FloatFormat, bytes_per_element, current
 from lab_utils.calc.flops import (KORTHIKANTI_TABLE4, KorthikantiRun, Utilization,
                                   flops_utilization, hfu_over_mfu, megatron_hardware_flops,
                                   megatron_model_flops)
-from lab_utils.calc.hardware import DEVICES, LINKS, Cluster, Device, Link, dgx_a100, dgx_h100
+from lab_utils.calc.hardware import (CLUSTER_SPECS, DEVICES, LINKS, Cluster, ClusterSpec, Device, Link,
+                                     dgx_a100, dgx_h100)
 from lab_utils.calc.layouts import LLAMA3_405B_TABLE4, LayoutMemory, LlamaRun, layout_memory
 from lab_utils.calc.memory import (RECIPES, ModelStateMemory, Recipe, max_params_that_fit,
                                    model_state_memory, resolve_recipe, zero_memory_table)
@@ -71,6 +79,8 @@ from lab_utils.calc.training import (NARAYANAN_SEC51, NarayananEstimate, Trainin
 from lab_utils.calc.units import GB, GiB, MB, MiB, TB, fmt_bytes
 
 __all__ = [
+    "critical_intensity", "tp_intensity", "fsdp_intensity", "ClusterSpec", "CLUSTER_SPECS",
+    "lr_for_batch", "large_batch_tradeoff", "BatchTradeoff", "compute_optimal", "ComputeOptimal",
     "GB", "GiB", "MB", "MiB", "TB", "fmt_bytes",
     "ModelConfig", "ParamCount", "param_count", "narayanan_param_count", "PRESETS", "preset",
     "NARAYANAN_TABLE1", "MegatronRun",
@@ -84,7 +94,8 @@ __all__ = [
     "CP_VARIANTS", "CPBytes", "cp_bytes_per_rank", "cp_saved_bytes", "cp_causal_pairs",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",
-    "ring_bytes_per_rank", "collective_time", "hierarchical_all_reduce_time", "alg_bandwidth",
+    "ring_bytes_per_rank", "collective_time", "hierarchical_time", "group_collective_time",
+    "alg_bandwidth",
     "busbw_factor", "bus_bandwidth",
     "dp_bytes_per_rank", "tp_layer_comm", "TPLayerComm", "pp_bytes_per_microbatch",
     "fit_alpha_beta", "AlphaBetaFit",

@@ -93,25 +93,6 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     return lg * a + lg / 2 * d * beta  # all_to_all, Bruck
 
 
-def hierarchical_all_reduce_time(gpus_per_node: int, nodes: int, size_bytes: float,
-                                 intra: tuple[float, float], inter: tuple[float, float]) -> float:
-    """Alpha-beta time (s) of the hierarchical all-reduce over nodes x gpus_per_node ranks;
-    ``intra`` and ``inter`` are (alpha_s, bandwidth_bytes_per_s) of the two links:
-
-        ring reduce-scatter in the node    (G-1) a_in  + (G-1)/G D / B_in
-        ring all-reduce across nodes       2(M-1) a_out + 2(M-1)/M (D/G) / B_out
-        ring all-gather in the node        (G-1) a_in  + (G-1)/G D / B_in
-
-    A flat ring over all G*M ranks is collective_time("all_reduce", G*M, D, a_out, B_out): ONE
-    ring moves at its slowest (network) hop. NCCL's several rings (channels, one per NIC)
-    spread that traffic; what hierarchy still saves is the 2(GM-1) latency steps. Lab 03."""
-    g, m = pos_int("gpus_per_node", gpus_per_node), pos_int("nodes", nodes)
-    (a_in, b_in), (a_out, b_out) = intra, inter
-    d = nonneg_num("size_bytes", size_bytes)
-    return (2 * collective_time("reduce_scatter", g, d, a_in, b_in)
-            + collective_time("all_reduce", m, d / g, a_out, b_out))
-
-
 def alg_bandwidth(size_bytes: float, time_s: float) -> float:
     """algbw = S / t (bytes/s), nccl-tests PERFORMANCE.md "Algorithm bandwidth". Lab 03."""
     return nonneg_num("size_bytes", size_bytes) / pos_num("time_s", time_s)
@@ -241,3 +222,64 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
         raise ValueError("all message sizes are equal; measure at least two different sizes")
     alpha, beta, r2 = line_fit(xs, ys)
     return AlphaBetaFit(alpha_s=alpha, beta_s_per_byte=beta, r2=r2)
+
+
+def _links(intra_alpha_s: float, intra_bw: float, inter_alpha_s: float, inter_bw: float) -> None:
+    """The two links' latencies (s, >= 0) and bandwidths (bytes/s, > 0), checked by name."""
+    nonneg_num("intra_alpha_s", intra_alpha_s), nonneg_num("inter_alpha_s", inter_alpha_s)
+    byte_rate("intra_bw", intra_bw), byte_rate("inter_bw", inter_bw)
+
+
+def hierarchical_time(op: str, per_node: int, nodes: int, size_bytes: float,
+                      intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
+                      inter_bw: float) -> float:
+    """Two-level ring time of ``op`` over ``per_node`` ranks on each of ``nodes`` nodes.
+
+        all_reduce      reduce-scatter inside the node (D), all-reduce across nodes on D/k
+                        (each GPU over its own NIC), all-gather inside the node (D)
+        reduce_scatter  reduce-scatter inside (D), then across nodes on D/k
+        all_gather      all-gather across nodes on D/k, then inside (D)
+        broadcast/reduce  across nodes (D), then inside (D)
+    all_to_all and send_recv have no two-level form here: the flat ring at the inter-node link.
+    k = per_node. Each phase is ``collective_time`` (ring). Lab 03 (hierarchical vs flat).
+    """
+    choice("op", op, OPS)
+    k, m = pos_int("per_node", per_node), pos_int("nodes", nodes)
+    d = nonneg_num("size_bytes", size_bytes)
+    _links(intra_alpha_s, intra_bw, inter_alpha_s, inter_bw)
+
+    def intra(o: str, size: float) -> float:
+        return collective_time(o, k, size, intra_alpha_s, intra_bw)
+
+    def inter(o: str, size: float) -> float:
+        return collective_time(o, m, size, inter_alpha_s, inter_bw)
+
+    if op == "all_reduce":
+        return intra("reduce_scatter", d) + inter("all_reduce", d / k) + intra("all_gather", d)
+    if op == "reduce_scatter":
+        return intra("reduce_scatter", d) + inter("reduce_scatter", d / k)
+    if op == "all_gather":
+        return inter("all_gather", d / k) + intra("all_gather", d)
+    if op in ("broadcast", "reduce"):
+        return inter(op, d) + intra(op, d)
+    return collective_time(op, k * m, d, inter_alpha_s, inter_bw)
+
+
+def group_collective_time(op: str, size: int, nodes: int, per_node: int, size_bytes: float,
+                          intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
+                          inter_bw: float) -> float:
+    """Time of ``op`` on a group of ``size`` ranks spread over ``nodes`` nodes (at most
+    ``per_node`` on one): inside one node, a ring on the intra-node link; one rank per node,
+    a ring on the inter-node link; both, the faster of a flat ring at the inter-node link (its
+    slowest hop) and ``hierarchical_time`` (as NCCL's tuner picks an algorithm). The emulated
+    cluster (``lab_utils.twin``) charges every collective with it. Lab 03."""
+    size, nodes, per_node = (pos_int("size", size), pos_int("nodes", nodes),
+                             pos_int("per_node", per_node))
+    _links(intra_alpha_s, intra_bw, inter_alpha_s, inter_bw)
+    if nodes == 1:
+        return collective_time(op, size, size_bytes, intra_alpha_s, intra_bw)
+    flat = collective_time(op, size, size_bytes, inter_alpha_s, inter_bw)
+    if per_node == 1:
+        return flat
+    return min(flat, hierarchical_time(op, per_node, nodes, size_bytes, intra_alpha_s,
+                                       intra_bw, inter_alpha_s, inter_bw))

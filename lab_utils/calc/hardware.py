@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import nonneg_num, pos_int, pos_num, text
+from lab_utils.calc._check import choice, nonneg_num, pos_int, pos_num, text
 from lab_utils.calc.units import GB, GiB
 
 
@@ -133,3 +133,82 @@ def dgx_h100(n_nodes: int) -> Cluster:
     d = DEVICES["H100-SXM5-80GB"]
     return Cluster(8, n_nodes, d.memory_bytes, LINKS["NVLink4"].bytes_per_s,
                    LINKS["IB-NDR"].bytes_per_s, d.peak_flops, name=f"{n_nodes}x DGX H100")
+
+
+# ----------------------------------------------------------------- named cluster presets
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A named kind of GPU node, from vendor data sheets: the GPU (a ``DEVICES`` key), GPUs per
+    node, the intra-node link and the per-GPU inter-node link (``LINKS`` keys), their alphas,
+    and ``compute_efficiency``: the ONE fraction of the GPU's dense peak that compute is
+    charged at (the emulated cluster, ``lab_utils.twin``; never tuned per experiment)."""
+
+    name: str
+    device: str
+    gpus_per_node: int
+    intra_link: str
+    inter_link: str
+    intra_latency_s: float
+    inter_latency_s: float
+    compute_efficiency: float
+    source: str
+
+    def __post_init__(self) -> None:
+        text("ClusterSpec.name", self.name)
+        if self.device not in DEVICES:
+            raise ValueError(f"ClusterSpec.device {self.device!r} is not in DEVICES; "
+                             f"known: {', '.join(DEVICES)}")
+        pos_int("ClusterSpec.gpus_per_node", self.gpus_per_node)
+        for f in ("intra_link", "inter_link"):
+            choice(f"ClusterSpec.{f}", getattr(self, f), tuple(LINKS))
+        nonneg_num("ClusterSpec.intra_latency_s", self.intra_latency_s)
+        nonneg_num("ClusterSpec.inter_latency_s", self.inter_latency_s)
+        pos_num("ClusterSpec.compute_efficiency", self.compute_efficiency)
+        if self.compute_efficiency > 1:
+            raise ValueError(f"ClusterSpec.compute_efficiency is a fraction of peak in (0, 1], "
+                             f"got {self.compute_efficiency}")
+        text("ClusterSpec.source", self.source)
+
+    def cluster(self, n_nodes: int) -> Cluster:
+        """The planner's ``Cluster`` of ``n_nodes`` such nodes (same numbers)."""
+        d = DEVICES[self.device]
+        return Cluster(self.gpus_per_node, pos_int("n_nodes", n_nodes), d.memory_bytes,
+                       LINKS[self.intra_link].bytes_per_s, LINKS[self.inter_link].bytes_per_s,
+                       d.peak_flops, self.intra_latency_s, self.inter_latency_s,
+                       name=f"{n_nodes}x {self.name}")
+
+
+# One efficiency per GPU generation, shared by every preset with that GPU. No GEMM benchmark
+# was run for these (no GPU was lent when they were set): 0.6 is an ASSUMED fraction of the
+# dense bf16 peak reached by the matmuls of large transformer layers; calibrate it on a real
+# GPU (issue 35, item 10) and replace it with the measured value, its date and torch version.
+ASSUMED_EFFICIENCY = 0.6
+_EFF_NOTE = "compute_efficiency 0.6 ASSUMED (not measured)"
+
+# This machine, MEASURED (python -m lab_utils.twin.calibrate; 2026-11-28, torch 2.13.0+cpu,
+# 2 cores shared with other jobs, load 18): one core per rank, loopback gloo as both links.
+THIS_MACHINE = Device("this-cpu (measured)", 120.8e9, 25.3e9, 46.9e9,
+                      "measured 2026-11-28 on the course's 2-core machine: fp32 512^3 matmul "
+                      "on one thread 120.8 GFLOP/s; a 256 MB copy 46.9 GB/s; 25.3 GB RAM")
+DEVICES[THIS_MACHINE.name] = THIS_MACHINE
+LINKS["gloo-loopback"] = Link("gloo-loopback", 1.864e9, "measured 2026-11-28: 2-rank gloo "
+                              "all-reduce sweep 16 B-4 MB, alpha 36.8 us, 1.86 GB/s, r^2 0.98")
+
+CLUSTER_SPECS: dict[str, ClusterSpec] = {s.name: s for s in (
+    ClusterSpec("DGX H100", "H100-SXM5-80GB", 8, "NVLink4", "IB-NDR", 3e-6, 10e-6,
+                ASSUMED_EFFICIENCY, "NVIDIA DGX H100 datasheet: 8 H100 SXM5, NVLink 4 (450 GB/s "
+                "per direction per GPU), 8 ConnectX-7 400 Gb/s (one per GPU); " + _EFF_NOTE),
+    ClusterSpec("DGX A100", "A100-SXM4-80GB", 8, "NVLink3", "IB-HDR", 3e-6, 10e-6,
+                ASSUMED_EFFICIENCY, "NVIDIA DGX A100 datasheet: 8 A100 SXM4 80GB, NVLink 3 "
+                "(300 GB/s per direction per GPU), 8 ConnectX-6 200 Gb/s (one per GPU); "
+                + _EFF_NOTE),
+    ClusterSpec("PCIe A100", "A100-SXM4-80GB", 8, "PCIe4-x16", "100GbE", 10e-6, 20e-6,
+                ASSUMED_EFFICIENCY, "a PCIe server: 8 A100 80GB on PCIe Gen4 x16 (~32 GB/s "
+                "each way, no NVLink), one 100 GbE port per GPU; " + _EFF_NOTE),
+    ClusterSpec("10GbE L4", "L4", 4, "PCIe4-x16", "10GbE", 10e-6, 50e-6, ASSUMED_EFFICIENCY,
+                "a commodity cluster: 4 L4 per node on PCIe Gen4, 10 Gb/s Ethernet per GPU; "
+                + _EFF_NOTE),
+    ClusterSpec("This machine", THIS_MACHINE.name, 2, "gloo-loopback", "gloo-loopback",
+                36.8e-6, 36.8e-6, 1.0, "this 2-core machine as measured (efficiency 1: the "
+                "peak IS the measured matmul rate); what the labs' raw wall clocks see"),
+)}

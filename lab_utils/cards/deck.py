@@ -24,7 +24,7 @@ from typing import Iterable
 
 import yaml
 
-from lab_utils.cards import resolver
+import lab_utils.cards.resolver as resolver
 
 DECK_DIR = Path(__file__).with_name("deck")
 
@@ -56,6 +56,9 @@ FILE_FIELDS = {"title", "cards"}
 ID_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 TAG_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 MIN_CARDS_PER_LAB = 5
+# JupyterLab typesets the text between two unescaped "$" of an HTML output as LaTeX (a price
+# vanishes into math italics): card text writes money as USD, or escapes the sign as \$.
+MATH_PAIR = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
 
 
 class DeckError(ValueError):
@@ -152,6 +155,11 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
     except ValueError as exc:
         problems.append(f"{where}: {exc}")
         return None
+    for name, text in (("front", front), ("back", back)):
+        if m := MATH_PAIR.search(text):
+            problems.append(f"{where}: '{name}' has {m.group(0)!r} between two '$' signs, which "
+                            "a notebook typesets as LaTeX: write USD, or escape the sign as \\$")
+            return None
     return Card(id=cid, lab=lab, topics=tuple(topics), front=front, back=back,
                 source=str(raw.get("source", "")).strip(), values=values, file=where.split()[0])
 

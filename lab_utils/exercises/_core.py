@@ -52,6 +52,14 @@ The contract, field by field (``Exercise``):
     that the reference passes and that every wrong implementation is rejected.
   * ``world_size`` (2-4 on CPU), ``timeout_s`` (deadline of one launch; a deadlock in the
     learner's code costs about 3/4 of it), ``signature`` and ``hint`` (shown on failure).
+  * ``explain_failure(exc) -> str | None`` (optional): the exercise's reading of a launch that
+    failed (a rank raised, died or hung), e.g. find_the_hang's "a hang: ...".
+A message names the learner's MISCONCEPTION, in their words ("you average twice: ReduceOp.AVG
+already divides by the group size"), not only the symptom; tests/exercise_variants.py holds the
+phrase each wrong version's message must contain. Helpers: ``first_problem(problem, group)``
+(every rank stops together and reports the first failing rank's cause), ``raised_in(exc)``
+(one plain line for an exception from a collective: "wrong group: ..." when it ran on the
+default group).
 
 Learner-facing API (re-exported by ``lab_utils.exercises``):
     check(name, fn, world_size=None, quiet=True) -> CheckResult   # prints the verdict
@@ -111,6 +119,9 @@ class Exercise:
     signature: str = ""
     hint: str = ""
     solution_helpers: tuple[Callable, ...] = ()
+    # explain_failure(exc) -> str | None: the exercise's own reading of a launch that failed
+    # (a rank raised, died or hung), in the learner's words; None: the generic message.
+    explain_failure: Callable[[Exception], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
@@ -184,13 +195,67 @@ def list_exercises(lab: str | None = None) -> list[Exercise]:
     return sorted(found, key=lambda e: (e.lab, e.name))
 
 
+class _Source(str):
+    """The printed solution: a notebook cell ending in show_solution(...) shows it once (the
+    print), not a second time as the returned string's escaped repr."""
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython: nothing more to show
+        pass
+
+
+def _imports_needed(funcs: tuple[Callable, ...]) -> list[str]:
+    """``from module import name`` for each global a function's body uses that a notebook
+    does not have (not a module, not printed with it), e.g. zero1's ``AVG``."""
+    shown = {f.__name__ for f in funcs}
+    lines = []
+    for f in funcs:
+        code, module = getattr(f, "__code__", None), getattr(f, "__module__", "")
+        for n in (code.co_names if code else ()):
+            value = f.__globals__.get(n)
+            if value is None or n in shown or inspect.ismodule(value):
+                continue
+            defined = inspect.isfunction(value) or inspect.isclass(value)
+            origin = (getattr(value, "__module__", None) or "") if defined else module
+            if origin.startswith("lab_utils"):  # a constant: from where the function has it
+                lines.append(f"from {origin} import {n}")
+    return sorted(set(lines))
+
+
 def show_solution(name: str) -> str:
     """Print (and return) the source of the reference solution. Hidden until asked."""
     ex = get(name)
-    parts = [inspect.getsource(f) for f in (*ex.solution_helpers, ex.reference)]
-    text = "\n\n".join(parts)
-    print(f"# reference solution for {name!r} ({inspect.getsourcefile(ex.reference)})\n{text}")
+    funcs = (*ex.solution_helpers, ex.reference)
+    text = _Source("\n\n".join(inspect.getsource(f) for f in funcs))
+    needs = "".join(f"{line}\n" for line in _imports_needed(funcs))
+    print(f"# reference solution for {name!r} (from {ex.reference.__module__})\n{needs}{text}")
     return text
+
+
+def raised_in(exc: Exception, wrong_group: bool = False) -> str:
+    """One plain line for an exception the learner's collective raised (no traceback): its
+    first line, and the likely cause. ``wrong_group``: the same code passed on the whole
+    world and raised on a sub-group, so a collective ran on the default group."""
+    first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+    text = str(exc)
+    if wrong_group and ("size" in text or "shape" in text):
+        return (f"wrong group: {first}. The same code ran on the whole world but not on a "
+                "sub-group: a collective ran on the default group (every rank), whose size does "
+                "not fit this group's buffers; pass group=group to every collective")
+    if "size" in text or "shape" in text:
+        return (f"{first} (a buffer of the wrong size: an all-gather's output is K times its "
+                "input, a reduce-scatter's output 1/K of it, K = the size of the group given)")
+    return f"{first} (raised inside your function)"
+
+
+def first_problem(problem: str | None, group: Any = None) -> tuple[int, str] | None:
+    """Every rank of ``group`` learns the first rank's problem (collective on ``group``):
+    (rank in the group, its message), or None when every rank is right. So a rank whose own
+    numbers are right reports its neighbour's cause, never "another rank is not right"."""
+    import torch.distributed as dist
+
+    problems: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(problems, problem, group=group)
+    return next(((r, p) for r, p in enumerate(problems) if p), None)
 
 
 # ---------------------------------------------------------------- helpers for check authors

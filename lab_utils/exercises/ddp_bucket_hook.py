@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 from lab_utils.data import regression_batches, shard_for_rank
 from lab_utils.parallel.data_parallel import Bucket, BucketDDP, grad_ready as reference
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.models import ToyMLP
 from lab_utils.reference import default_loss, forward_backward
 
@@ -81,12 +82,36 @@ class _WaitSpy:
         dist.all_reduce = self.real
 
 
+def _factor(got, want, n: int, world: int) -> str | None:
+    """Name a gradient that is a whole factor off: summed, or divided by the world's size."""
+    if got is None or got.shape != want.shape or not want.norm():
+        return None
+    ratio = (got.norm() / want.norm()).item()
+    if n > 1 and torch.allclose(got, n * want, rtol=1e-4, atol=1e-7):
+        return (f"the gradients are {n} x the average: they were SUMMED over the {n} ranks; "
+                "divide bucket.buffer by bucket.world_size before the all-reduce (it sums)")
+    if world != n and torch.allclose(got, n / world * want, rtol=1e-4, atol=1e-7):
+        return (f"the gradients are {ratio:.2g} x the average: divided by {world}, the size of "
+                f"the WHOLE world, but this group has {n} ranks (bucket.world_size)")
+    return None
+
+
+def _holds_local_grads(model, batch, rank: int, n: int) -> bool:
+    """True when model's gradients are those of this rank's shard alone (never reduced)."""
+    local = ToyMLP(seed=0)
+    x, y = shard_for_rank(batch, rank, n)
+    default_loss(local(x), y).backward()
+    return n > 1 and all(p.grad is not None and torch.allclose(p.grad, q.grad, atol=1e-7)
+                         for p, q in zip(model.parameters(), local.parameters()))
+
+
 def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[str | None, str]:
     """One configuration on this rank's group: a problem (or None), and the summary."""
     from lab_utils.measure import CommLedger
 
     calls: dict[int, int] = {}  # id(bucket) -> gradients handed to fn in this backward
     early: list[str] = []
+    now = {"step": 0}
 
     def spy(bucket: Bucket, param) -> None:
         was_launched = bucket.work is not None
@@ -96,7 +121,13 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
         if bucket.work is not None and not was_launched and calls[id(bucket)] < len(bucket.params):
             early.append(f"a bucket's all-reduce was launched after {calls[id(bucket)]} of its "
                          f"{len(bucket.params)} gradients: the missing slots are still being "
-                         "written while the all-reduce reads the buffer (launch on the LAST one)")
+                         "written while the all-reduce reads the buffer (launch on the LAST one)"
+                         if now["step"] == 0 else
+                         f"step {now['step']}: a bucket launched its all-reduce after "
+                         f"{calls[id(bucket)]} of its {len(bucket.params)} gradients, though step "
+                         "0 launched every bucket on its last one: the readiness set (or count) "
+                         "is never cleared between steps, so it is already full; clear it when "
+                         "the bucket launches")
         if waits.waited:
             early.append("the hook WAITED for its all-reduce (a blocking call, or .wait() inside "
                          "the hook): the numbers come out right, but backward stops until the "
@@ -112,6 +143,7 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
     problem = None
     for step, batch in enumerate(batches):
         calls.clear()
+        now["step"] = step
         model.zero_grad(set_to_none=True)
         ref_model.zero_grad(set_to_none=True)
         forward_backward(ref_model, batch)
@@ -126,10 +158,15 @@ def _in_group(ctx, fn, group, n: int, rank: int, seed: int, cap: int) -> tuple[s
                 problem = problem or f"step {step}: {exc}"
         problem = early[0] if early else problem
         want = dict(ref_model.named_parameters())
+        if problem is None and step == 0 and _holds_local_grads(model, batch, rank, n):
+            problem = ("every rank still holds its LOCAL gradient: the all-reduce ran on a copy "
+                       "(bucket.buffer / n makes a new tensor), so bucket.buffer was never "
+                       "reduced; divide and all-reduce bucket.buffer itself, in place")
         for name, p in model.named_parameters():
             if problem is None:
                 problem = compare_tensors(p.grad, want[name].grad, what=f"gradient of {name}")
-                problem = problem and f"step {step}: {problem}"
+                named = problem and _factor(p.grad, want[name].grad, n, ctx.world_size)
+                problem = problem and f"step {step}: {named or problem}"
         if not _all_ranks_agree(ctx, problem):  # over the WORLD: every rank stops together
             return problem, ""
         launched = ledger.count("all_reduce", phase="backward")
@@ -157,8 +194,8 @@ def check(ctx, fn) -> Verdict:
         group = ctx.group if len(partition) == 1 else group
         seed = 3 + 10 * partition.index(ranks)  # each group trains on its own data
         problem, summary = _in_group(ctx, fn, group, len(ranks), ranks.index(me), seed, cap)
-        if not _all_ranks_agree(ctx, problem) and problem is None:  # every rank calls it
-            problem = "this rank is right, another rank is not"
+        found = first_problem(problem, ctx.group)  # every rank stops, with the first cause
+        problem = found and (problem if found[0] == ctx.rank else f"rank {found[0]}: {found[1]}")
         if problem:
             note = ("" if k == 0 else " (the whole world passed: on a sub-group use "
                     "bucket.group and bucket.world_size, and launch on the bucket's LAST "
@@ -229,7 +266,8 @@ def wrong_divides_by_world_size(bucket, param):
 register(Exercise(
     name="ddp_bucket_hook", lab="04_data_parallel",
     summary="the gradient-ready hook of bucketed DDP: flatten into the bucket, launch when full",
-    signature="fn(bucket: lab_utils.parallel.data_parallel.Bucket, param: nn.Parameter) -> None; sets bucket.work",
+    signature="fn(bucket: lab_utils.parallel.data_parallel.Bucket, param: nn.Parameter) -> None;"
+              " sets bucket.work",
     check=check, reference=reference,
     wrong={"forgets to divide by world size": wrong_no_divide,
            "launches before the bucket is complete": wrong_launch_on_first_grad,

@@ -24,7 +24,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_utils.data import regression_batches, shard_for_rank
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.models import ToyMLP
 from lab_utils.experiments.lab11 import dp_step, param_checksum
 
@@ -178,14 +179,39 @@ def check(ctx, fn) -> Verdict:
         ranks, group = next((r, g) for r, g in groups if ctx.rank in r)
         group = ctx.group if len(partition) == 1 else group
         problem = _in_group(ctx, fn, group, ranks, counts)
-        problems: list = [None] * ctx.world_size
-        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns it
-        failing = [r for r, p in enumerate(problems) if p]
-        if failing:
-            return Verdict.fail(f"{name}, rank {failing[0]}: {problems[failing[0]]}")
+        found = first_problem(problem, ctx.group)  # every rank learns it
+        if found:
+            return Verdict.fail(f"{name}, rank {found[0]}: {found[1]}")
     return Verdict.ok("every rank ran its group's minimum number of steps (batches per rank "
                       + " and ".join(str(c) for _, c, _ in CONFIGS)
-                      + ", on the whole world and on groups [0, 2] / [1, 3]) and the replicas agree")
+                      + ", on the whole world and on groups [0, 2] / [1, 3]) and the replicas "
+                      "agree")
+
+
+_SYMPTOMS = ("connection closed", "connection reset", "died without", "timed out", "stuck",
+             "invalid tensor size", "exited without reporting", "broken pipe")
+
+
+def explain_failure(exc: Exception) -> str | None:
+    """A launch that failed in collectives is this exercise's hang: ranks with different batch
+    counts ran different numbers of all-reduces. Said in those words whatever the transport
+    made of it (gloo closes the connection or aborts a rank; NCCL waits until its timeout)."""
+    from lab_utils.runtime.failures import RankTimeout
+
+    text = str(exc).lower()
+    if not isinstance(exc, RankTimeout) and not any(s in text for s in _SYMPTOMS):
+        return None
+    counts = CONFIGS[0][1]
+    few = min(counts)
+    short = ", ".join(str(r) for r, c in enumerate(counts) if c == few)
+    more = ", ".join(f"{r} ({c})" for r, c in enumerate(counts) if c > few)
+    first = str(exc).strip().splitlines()[0][:200]
+    return (f"a hang: your ranks ran different numbers of collectives. Ranks 0-3 hold {counts} "
+            f"batches; looping over its own batches, ranks {short} ran out after {few} steps "
+            f"and went on to the next collective, while ranks {more} entered step {few + 1}'s gradient all-reduce and "
+            f"waited there for ranks {short}, who never joined it. Agree on the step count over "
+            "the group (one all-reduce MIN) BEFORE the loop. "
+            f"(The transport reported it as: {first})")
 
 
 register(Exercise(
@@ -197,7 +223,7 @@ register(Exercise(
            "gradients summed, not averaged": wrong_summed_grads,
            "largest count, batches reused": wrong_max_steps_wrapping,
            "step count agreed on the default group": wrong_count_on_default_group},
-    world_size=4, timeout_s=30.0,
+    world_size=4, timeout_s=20.0,  # a hang (this exercise's mistake) is reported after 15 s
     hint="agree on the number of steps with one collective BEFORE the loop; every rank must "
          "call the same all-reduces, and lab_utils.experiments.lab11.dp_step averages them for you",
-    solution_helpers=(dp_step,)))
+    solution_helpers=(dp_step,), explain_failure=explain_failure))

@@ -128,6 +128,9 @@ def _why(got: float, s: float, logs: list[StepLog]) -> str:
     if same(wrong_mean_with_warmup):
         return ("The warm-up step counts: its one-off cost does not shrink with N, so it looks "
                 "like serial time. Leave step 0 out.")
+    if same(lambda lg: _fit([1 / g.n for g in lg], [g.step_s[0] for g in lg])):
+        return ("You fitted the FIRST step of each run: that is the warm-up (compilation, "
+                "allocation), the one step to leave out; fit the median of the others.")
     if same(wrong_mean_of_steps):
         return "A mean moves with one disturbed step; a median (or the best step) does not."
     if logs[0].n != 1:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from lab_utils.exercises._core import Exercise, Verdict, register
+from lab_utils.exercises._core import Exercise, Verdict, first_problem, raised_in, register
 from lab_utils.parallel.fsdp import UnitHooks as reference
 
 SGD_LR, ADAM_LR, STEPS = 0.1, 1e-2, 2
@@ -39,6 +39,7 @@ def _config_a(ctx, hooks) -> str | None:
     """World, fp32, SGD, ToyMLP 5 -> 7 -> 7 -> 3 (padding at K = 4)."""
     from lab_utils.data import regression_batches, shard_for_rank
     from lab_utils.experiments.lab05 import gathered_bytes
+    from lab_utils.measure import CommLedger
     from lab_utils.measure.spans import ModuleSpans
     from lab_utils.models import ToyMLP
     from lab_utils.parallel.fsdp import FSDP
@@ -57,14 +58,19 @@ def _config_a(ctx, hooks) -> str | None:
     losses, first_step = [], {}
     for batch in batches:
         x, y = shard_for_rank(batch, ctx.rank, k)
-        loss = default_loss(fsdp(x), y)
-        loss.backward()
+        with CommLedger() as ledger:
+            loss = default_loss(fsdp(x), y)
+            loss.backward()
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
         first_step = first_step or fsdp.full_state_dict()  # collective: every rank
     mean = torch.tensor(losses, dtype=torch.float64)
     dist.all_reduce(mean, op=dist.ReduceOp.AVG, group=ctx.group)
+    if 2 * ledger.tensor_bytes("all_gather") == _gather_bytes(fsdp, k, 4):
+        return ("the all-gather runs in bf16 while training is fp32: the gathered weights lost "
+                "their low bits. Gather in unit.param_dtype (unit.local_shards(unit.param_dtype))"
+                ", never a hard-coded dtype")
     one_layer = max(4 * sum(p.shape.numel() for p in u.params) for u in fsdp.units[1:])
     root = 4 * sum(p.shape.numel() for p in fsdp.root.params)
     if max(held) > root + one_layer:
@@ -120,10 +126,8 @@ def _config_b(ctx, hooks) -> str | None:
         first_step = first_step or fsdp.full_state_dict()  # collective on the group
     mean = torch.tensor(losses, dtype=torch.float64)
     dist.all_reduce(mean, op=dist.ReduceOp.AVG, group=group)
-    units = fsdp.units
-    gather_bytes = sum(k * sum(p.chunk for p in u.params) * 2 * (1 if u is fsdp.root else 2)
-                       for u in units)  # bf16, twice per block, once for the root
-    reduce_bytes = sum(k * sum(p.chunk for p in u.trainable) * 4 for u in units)  # fp32
+    gather_bytes = _gather_bytes(fsdp, k, 2)  # bf16
+    reduce_bytes = sum(k * sum(p.chunk for p in u.trainable) * 4 for u in fsdp.units)  # fp32
     got_gather = ledger.tensor_bytes("all_gather")
     got_reduce = ledger.tensor_bytes("reduce_scatter")
     if got_gather == 2 * gather_bytes:
@@ -144,6 +148,70 @@ def _config_b(ctx, hooks) -> str | None:
              f"process doing the same casts gets {[round(v, 5) for v in ref.losses]}")
 
 
+def _gather_bytes(fsdp, k: int, itemsize: int) -> int:
+    """One step's all-gather bytes: every unit twice (forward, backward), the root once."""
+    return sum(k * sum(p.chunk for p in u.params) * itemsize * (1 if u is fsdp.root else 2)
+               for u in fsdp.units)
+
+
+class _AsyncGatherSpy:
+    """Around one pre_forward: an async all-gather whose buffer is unpacked before its
+    work.wait() is recorded in ``found`` (the gather may still be filling the buffer)."""
+
+    NAMES = ("all_gather_single", "all_gather_into_tensor", "all_gather")
+
+    def __init__(self, unit, found: list) -> None:
+        self.unit, self.found, self.pending = unit, found, []
+
+    def __enter__(self) -> "_AsyncGatherSpy":
+        self.real = {n: getattr(dist, n) for n in self.NAMES}
+        for n, real in self.real.items():
+            setattr(dist, n, self._spy(real))
+        self.unpack = self.unit.unpack
+        self.unit.unpack = self._unpack
+        return self
+
+    def _spy(self, real):
+        def call(*args, **kwargs):
+            work = real(*args, **kwargs)
+            if work is None:
+                return None
+            box = {"waited": False}
+            self.pending.append(box)
+
+            class _Work:
+                def wait(self, *a, **k):
+                    box["waited"] = True
+                    return work.wait(*a, **k)
+
+                def __getattr__(self, name):
+                    return getattr(work, name)
+            return _Work()
+        return call
+
+    def _unpack(self, gathered):
+        if any(not box["waited"] for box in self.pending) and not self.found:
+            self.found.append("you unpacked an async all-gather without wait(): unit.unpack read "
+                              "the buffer while the gather could still be filling it; call "
+                              "work.wait() before unpacking (or gather with async_op=False)")
+        return self.unpack(gathered)
+
+    def __exit__(self, *exc) -> None:
+        for n, real in self.real.items():
+            setattr(dist, n, real)
+        del self.unit.unpack  # the instance attribute: back to the class's method
+
+
+def _spied(hooks, found: list):
+    """The learner's hooks with their pre_forward watched by _AsyncGatherSpy."""
+    class Spied(hooks):
+        @staticmethod
+        def pre_forward(unit, group):
+            with _AsyncGatherSpy(unit, found):
+                hooks.pre_forward(unit, group)
+    return Spied
+
+
 def _compare_updates(first_step: dict, ref1, model_fn, k: int, ranks: str) -> str | None:
     """The first SGD step against one process's: its size tells a sum from a mean."""
     start = model_fn().state_dict()
@@ -156,6 +224,10 @@ def _compare_updates(first_step: dict, ref1, model_fn, k: int, ranks: str) -> st
     if abs(ratio - k) < 1e-2 * k:
         return (f"the first SGD step moved the weights {ratio:.3f} x as far as one process "
                 f"does: the gradients were SUMMED over {ranks} {k} ranks, not averaged (op=AVG)")
+    if abs(ratio * k - 1) < 1e-2 and ranks == "the":  # the whole world: k is the world's size
+        return (f"the first SGD step moved the weights 1/{k} as far as one process does: you "
+                "average twice: op=AVG already divides by the group size, so do not divide "
+                "by unit.world again")
     if abs(ratio - 1) > 1e-2:
         return (f"the first SGD step moved the weights {ratio:.3f} x as far as one process does "
                 f"(over {ranks} {k} ranks): a mean divides by the size of the group you are "
@@ -176,17 +248,14 @@ class _Clock:
         pass
 
 
-def _likely_cause(exc: Exception) -> str:
+def _explain(exc: Exception, sub_group: bool) -> str:
+    """One line for an exception raised inside the hooks (no traceback)."""
     text = str(exc)
     if "not allocated" in text or "1-D" in text or "matrix" in text:
-        return ("a layer computed without its full weights: pre_forward must fill them from the "
-                "gathered buffer with unit.unpack(...)")
-    if "size" in text or "shape" in text:
-        return ("a buffer of the wrong size: the all-gather output is unit.world times its input, "
-                "the reduce-scatter output 1/unit.world of its input, on the group you are given "
-                "(group=group in every collective)")
-    return ("raised inside your hooks: pre_forward gathers and unpacks, post_backward packs, "
-            "reduce-scatters, accumulates and frees")
+        return (f"{type(exc).__name__}: {text.splitlines()[0]} (a layer computed without its "
+                "full weights: pre_forward must fill them from the gathered buffer with "
+                "unit.unpack(...))")
+    return raised_in(exc, wrong_group=sub_group)
 
 
 CONFIGS = (("world of 4, fp32", _config_a), ("groups of 2, bf16/fp32", _config_b))
@@ -194,66 +263,68 @@ CONFIGS = (("world of 4, fp32", _config_a), ("groups of 2, bf16/fp32", _config_b
 
 def check(ctx, hooks) -> Verdict:
     for name, config in CONFIGS:
+        found: list[str] = []
         try:
-            problem = config(ctx, hooks)
+            problem = config(ctx, _spied(hooks, found))
         except NotImplementedError:
             raise  # a stub: "not implemented yet", from the exercise machinery
         except (RuntimeError, ValueError, TypeError, AttributeError) as exc:
-            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0]} ({_likely_cause(exc)})"
-        failed = torch.tensor([float(problem is not None)])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX)  # every rank stops together
-        if failed.item():
-            return Verdict.fail(f"{name}: {problem or 'this rank is right, another is not'}")
+            problem = _explain(exc, sub_group=config is _config_b)
+        problem = found[0] if found else problem  # the cause, even when luck hid it
+        found_any = first_problem(problem)  # over the world: every rank stops together
+        if found_any:
+            return Verdict.fail(f"{name}, rank {found_any[0]}: {found_any[1]}")
     return Verdict.ok("losses and weights match one process in both configurations; bf16 "
                       "all-gathers, fp32 reduce-scatters, each unit freed after its reduction")
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
+def gather(unit, group, dtype, on_group: bool = True) -> None:
+    """pre_forward's steps with a chosen dtype (and group): the wrong versions' building block."""
+    send = unit.local_shards(dtype)
+    recv = send.new_empty(unit.world * send.numel())
+    dist.all_gather_single(recv, send, group=group if on_group else None)
+    unit.unpack(recv)
+
+
+def reduce(unit, group, dtype, op=dist.ReduceOp.AVG, free: bool = True) -> None:
+    """post_backward's steps with a chosen dtype and op, the free optional."""
+    send = unit.pack_grads(dtype)
+    recv = send.new_empty(send.numel() // unit.world)
+    dist.reduce_scatter_single(recv, send, op=op, group=group)
+    unit.accumulate_grads(recv)
+    if free:
+        unit.free()
+
+
 class WrongNoFree(reference):
     @staticmethod
-    def post_backward(unit, group):
-        send = unit.pack_grads(unit.reduce_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.AVG, group=group)
-        unit.accumulate_grads(recv)  # ... and the full parameters stay allocated
+    def post_backward(unit, group):  # ... and the full parameters stay allocated
+        reduce(unit, group, unit.reduce_dtype, free=False)
 
 
 class WrongSum(reference):
     @staticmethod
     def post_backward(unit, group):
-        send = unit.pack_grads(unit.reduce_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.SUM, group=group)
-        unit.accumulate_grads(recv)
-        unit.free()
+        reduce(unit, group, unit.reduce_dtype, op=dist.ReduceOp.SUM)
 
 
 class WrongGatherDtype(reference):
     @staticmethod
-    def pre_forward(unit, group):
-        send = unit.local_shards(torch.float32)  # the shards' own dtype: twice the bytes in bf16
-        recv = send.new_empty(unit.world * send.numel())
-        dist.all_gather_single(recv, send, group=group)
-        unit.unpack(recv)
+    def pre_forward(unit, group):  # the shards' own dtype: twice the bytes in bf16
+        gather(unit, group, torch.float32)
 
 
 class WrongReduceDtype(reference):
     @staticmethod
     def post_backward(unit, group):
-        send = unit.pack_grads(unit.param_dtype)
-        recv = send.new_empty(send.numel() // unit.world)
-        dist.reduce_scatter_single(recv, send, op=dist.ReduceOp.AVG, group=group)
-        unit.accumulate_grads(recv)
-        unit.free()
+        reduce(unit, group, unit.param_dtype)
 
 
 class WrongWorldGroup(reference):
     @staticmethod
-    def pre_forward(unit, group):
-        send = unit.local_shards(unit.param_dtype)
-        recv = send.new_empty(unit.world * send.numel())
-        dist.all_gather_single(recv, send)  # the default group: every rank, not this FSDP's
-        unit.unpack(recv)
+    def pre_forward(unit, group):  # the default group: every rank, not this FSDP's
+        gather(unit, group, unit.param_dtype, on_group=False)
 
 
 register(Exercise(

@@ -223,8 +223,9 @@ def _flat(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
-def trajectory(fn, case) -> list[tuple[float, torch.Tensor]]:
-    """(scale, weights) after each step with ``fn`` as the scaler step."""
+def trajectory(fn, case, returned: list | None = None) -> list[tuple[float, torch.Tensor]]:
+    """(scale, weights) after each step with ``fn`` as the scaler step; ``returned`` collects
+    what fn returned at each step."""
     _, opt_name, s0, growth, backoff, interval, max_norm, overflow = case
     model, opt = _setup(opt_name)
     state = ScalerState(s0, growth, backoff, interval, 0, max_norm)
@@ -232,7 +233,9 @@ def trajectory(fn, case) -> list[tuple[float, torch.Tensor]]:
     for step in range(STEPS):
         opt.zero_grad()
         (_loss(model, step, overflow) * state.scale).backward()
-        fn(opt, state)
+        stepped = fn(opt, state)
+        if returned is not None:
+            returned.append(stepped)
         out.append((float(state.scale), _flat(model)))
     return out
 
@@ -268,12 +271,31 @@ def _first_difference(got, want) -> str | None:
 
 def check(ctx, fn) -> Verdict:
     for case in CASES:
-        got = trajectory(fn, case)
+        returned: list = []
+        got = trajectory(fn, case, returned)
         problem = _first_difference(got, gradscaler_trajectory(case))
         if problem:
             return Verdict.fail(f"{case[0]}: {problem}. " + _why(got, case))
+        problem = _wrong_return(returned, case[-1])
+        if problem:
+            return Verdict.fail(f"{case[0]}: {problem}")
     return Verdict.ok("the scale and the weights match torch.amp.GradScaler after every step, "
                       f"in all {len(CASES)} runs (overflows, growth, clipping, SGD and Adam)")
+
+
+def _wrong_return(returned: list, overflow: tuple) -> str | None:
+    """The bool must say whether the optimizer stepped (a training loop counts skipped steps
+    with it, and GradScaler's own step returns None when it skipped)."""
+    for step, value in enumerate(returned):
+        if not isinstance(value, bool):
+            return (f"step {step} returned {value!r}, not a bool: return True when the "
+                    "optimizer stepped, False when the step was skipped")
+        if value != (step not in overflow):
+            what = "overflowed and was skipped" if step in overflow else "was a clean step"
+            return (f"step {step} {what}, but your function returned {value}: the scale and "
+                    "the weights are right, but the bool says whether the optimizer stepped "
+                    "(False on a skipped step, True on a clean one)")
+    return None
 
 
 def _why(got, case) -> str:

@@ -55,19 +55,28 @@ def reference(dp: int, tp: int, pp: int) -> dict[str, Any]:
 
 # -- known-wrong versions ----------------------------------------------------------------------
 
-def wrong_tp_outermost(dp: int, tp: int, pp: int) -> dict[str, Any]:
-    """Axes in the opposite order: rank = (t * pp + p) * dp + d (tp strided across nodes)."""
+def _layout(rank: Callable[[int, int, int], int], dp: int, tp: int, pp: int
+            ) -> dict[str, list[list[int]]]:
+    """The groups of every axis for a (wrong) layout ``rank(p, d, t)``."""
+    return {"tp": [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
+            "dp": [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
+            "pp": [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)]}
+
+
+def _create(groups: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """Every rank creates every group, in the same order; keeps its own of each axis."""
     me, mine = dist.get_rank(), {}
-    rank = lambda p, d, t: (t * pp + p) * dp + d  # noqa: E731
-    groups = {"tp": [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
-              "dp": [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
-              "pp": [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)]}
     for axis in AXES:
         for ranks in sorted(groups[axis]):
             g = dist.new_group(ranks)
             if me in ranks:
                 mine[axis] = g
     return mine
+
+
+def wrong_tp_outermost(dp: int, tp: int, pp: int) -> dict[str, Any]:
+    """Axes in the opposite order: rank = (t * pp + p) * dp + d (tp strided across nodes)."""
+    return _create(_layout(lambda p, d, t: (t * pp + p) * dp + d, dp, tp, pp))
 
 
 def wrong_members_only(dp: int, tp: int, pp: int) -> dict[str, Any]:
@@ -82,31 +91,15 @@ def wrong_members_only(dp: int, tp: int, pp: int) -> dict[str, Any]:
 
 def wrong_stride_two(dp: int, tp: int, pp: int) -> dict[str, Any]:
     """The dp stride hard-coded to 2 (right only when tp = 2)."""
-    me, mine = dist.get_rank(), {}
-    groups = {"tp": axis_groups("tp", dp, tp, pp), "pp": axis_groups("pp", dp, tp, pp),
-              "dp": [[p * dp * tp + t + 2 * d for d in range(dp)] for p in range(pp)
-                     for t in range(tp)]}
-    for axis in AXES:
-        for ranks in groups[axis]:
-            g = dist.new_group(ranks)
-            if me in ranks:
-                mine[axis] = g
-    return mine
+    return _create({"tp": axis_groups("tp", dp, tp, pp), "pp": axis_groups("pp", dp, tp, pp),
+                    "dp": [[p * dp * tp + t + 2 * d for d in range(dp)] for p in range(pp)
+                           for t in range(tp)]})
 
 
 def wrong_dp_outside_pp(dp: int, tp: int, pp: int) -> dict[str, Any]:
-    """dp and pp swapped: rank = (d * pp + p) * tp + t (pipeline stages within a replica's block)."""
-    me, mine = dist.get_rank(), {}
-    rank = lambda p, d, t: (d * pp + p) * tp + t  # noqa: E731
-    groups = {"tp": [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
-              "dp": [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
-              "pp": [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)]}
-    for axis in AXES:
-        for ranks in sorted(groups[axis]):
-            g = dist.new_group(ranks)
-            if me in ranks:
-                mine[axis] = g
-    return mine
+    """dp and pp swapped: rank = (d * pp + p) * tp + t (pipeline stages within a replica's
+    block)."""
+    return _create(_layout(lambda p, d, t: (d * pp + p) * tp + t, dp, tp, pp))
 
 
 # -- the check ---------------------------------------------------------------------------------
@@ -152,6 +145,11 @@ def _collective_problem(calls: list) -> str | None:
     for r, rank_calls in enumerate(calls[1:], 1):
         if [g for g, _ in rank_calls] != [g for g, _ in first]:
             show = lambda cs: [list(g) for g, _ in cs][:6]  # noqa: E731
+            if sorted(g for g, _ in rank_calls) == sorted(g for g, _ in first):
+                return (f"every rank created every group, but not in the same order: rank 0 "
+                        f"created {show(first)}, rank {r} created {show(rank_calls)}. "
+                        "dist.new_group is a COLLECTIVE matched by call order: build the groups "
+                        "in one fixed order on every rank (not its own group first)")
             return (f"dist.new_group is a COLLECTIVE: every rank must call it for EVERY group, "
                     f"in the same order, whether or not it is a member (or pass "
                     f"use_local_synchronization=True). Rank 0 created {show(first)}, rank {r} "

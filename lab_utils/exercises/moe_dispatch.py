@@ -17,21 +17,27 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.parallel.expert_parallel import (dispatch_and_combine, expert_exchange, make_expert,
                                                 make_router, route)
 
-# name -> (d_model, d_hidden, n_experts, top_k, capacity factor, renormalise gates, T, group size)
-CONFIGS = {"world, E=8, top-2, cf=1.0": (8, 16, 8, 2, 1.0, True, 12, None),
-           "groups of 2, E=4, top-1 raw gates, cf=1.5": (6, 12, 4, 1, 1.5, False, 10, 2)}
+# name -> (d_model, d_hidden, n_experts, top_k, capacity factor, renormalise gates, T, group size,
+#          experts at the end that odd ranks never route to: an uneven batch)
+CONFIGS = {"world, E=8, top-2, cf=1.0": (8, 16, 8, 2, 1.0, True, 12, None, 0),
+           "groups of 2, E=4, top-1 raw gates, cf=1.5, odd ranks route nothing to expert 3":
+               (6, 12, 4, 1, 1.5, False, 10, 2, 1)}
 
 
-def _inputs(d: int, E: int, k: int, cf: float, norm: bool, T: int, source: int):
+def _inputs(d: int, E: int, k: int, cf: float, norm: bool, T: int, source: int, idle: int):
     g = torch.Generator().manual_seed(50 + source)
     x = 0.8 * torch.randn(d, generator=torch.Generator().manual_seed(9)) + torch.randn(T, d,
                                                                                    generator=g)
     with torch.no_grad():
-        r = route(make_router(d, E, seed=3)(x), k, cf, normalize=norm)
+        logits = make_router(d, E, seed=3)(x)
+        if source % 2:
+            logits[:, E - idle:] = float("-inf")  # the last `idle` experts get no rows here
+        r = route(logits, k, cf, normalize=norm)
     return x, r.expert_idx, r.gate, r.keep
 
 
@@ -119,7 +125,7 @@ def _diagnose(y, sent, x, expert_idx, gate, keep, experts) -> str | None:
 
 
 def _one_config(ctx, fn, name: str) -> str | None:
-    d, f, E, k, cf, norm, T, size = CONFIGS[name]
+    d, f, E, k, cf, norm, T, size, idle = CONFIGS[name]
     n = size or ctx.world_size
     if ctx.world_size % n:
         n = ctx.world_size
@@ -131,15 +137,23 @@ def _one_config(ctx, fn, name: str) -> str | None:
     me = dist.get_rank(group)
     experts = torch.nn.ModuleList(make_expert(e, d, f, seed=3) for e in range(E))
     local = torch.nn.ModuleList(experts[e] for e in range(me * E // n, (me + 1) * E // n))
-    x0, expert_idx, gate0, keep = _inputs(d, E, k, cf, norm, T, ctx.rank)
+    x0, expert_idx, gate0, keep = _inputs(d, E, k, cf, norm, T, ctx.rank, idle)
     x, gate = x0.clone().requires_grad_(True), gate0.clone().requires_grad_(True)
-    sent = []  # what the learner hands to exchange, for the diagnosis
+    sent, short = [], []  # what the learner hands to exchange, for the diagnosis
 
     def exchange(rows, counts):
+        if counts.numel() < E:  # pad, so the ranks' all-to-alls still match; reported below
+            short.append(counts.numel())
+            counts = torch.cat([counts, counts.new_zeros(E - counts.numel())])
         sent.append((rows.detach().clone(), counts.detach().clone()))
         return expert_exchange(rows, counts, local, group)
     y = fn(x, expert_idx.clone(), gate, keep.clone(), E, exchange)
     problem = _diagnose(y, sent, x0, expert_idx, gate0, keep, experts)
+    if short:
+        problem = (f"counts has {short[0]} entries for {E} experts: torch.bincount without "
+                   f"minlength=n_experts stops at the last expert that got rows (on this rank "
+                   f"expert {E - 1} got none); an uneven batch makes exchange fail, so pass "
+                   "minlength=n_experts")
     probe = torch.randn(T, d, generator=torch.Generator().manual_seed(77 + ctx.rank))
     differentiable = torch.tensor([float(isinstance(y, torch.Tensor) and y.requires_grad
                                          and y.shape == x.shape)])
@@ -163,10 +177,9 @@ def _one_config(ctx, fn, name: str) -> str | None:
 def check(ctx, fn) -> Verdict:
     for name in CONFIGS:
         problem = _one_config(ctx, fn, name)
-        failed = torch.tensor([float(problem is not None)])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)  # every rank stops together
-        if failed.item():
-            return Verdict.fail(f"[{name}] {problem or 'this rank is right, another rank is not'}")
+        found = first_problem(problem, ctx.group)  # every rank stops, with the first cause
+        if found:
+            return Verdict.fail(f"[{name}] rank {found[0]}: {found[1]}")
     return Verdict.ok(f"outputs and gradients match the single-process MoE in both "
                       f"configurations ({'; '.join(CONFIGS)}) on all {ctx.world_size} ranks")
 

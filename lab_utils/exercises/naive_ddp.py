@@ -23,7 +23,8 @@ import torch.distributed as dist
 from torch import nn
 
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.parallel.data_parallel import average_gradients as reference
 
 PARTITIONS = (((0, 1, 2, 3),), ((0, 2), (1, 3)), ((0, 1, 2),))  # groups of global ranks
@@ -151,13 +152,11 @@ def check(ctx: Any, fn: Any) -> Verdict:
                 gctx = SimpleNamespace(rank=ranks.index(me), world_size=len(ranks), group=group,
                                        global_rank=me, group_ranks=ranks)
                 problem = check_in_group(gctx, fn, world)
-        problems: list[Any] = [None] * world
-        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns the verdict
-        failing = [r for r, p in enumerate(problems) if p]
-        if failing:
+        found = first_problem(problem, ctx.group)  # every rank learns the verdict
+        if found:
             where = " and ".join(str(list(g)) for g in partition)
-            return Verdict.fail(f"with group(s) {where} of {world} ranks, rank {failing[0]}: "
-                                f"{problems[failing[0]]}")
+            return Verdict.fail(f"with group(s) {where} of {world} ranks, rank {found[0]}: "
+                                f"{found[1]}")
     return Verdict.ok("every gradient is the group's average, on the whole world, on two "
                       "sub-groups of 2 and on a group of 3; 2(n-1)/n x the gradient bytes per rank")
 

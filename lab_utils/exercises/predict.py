@@ -6,7 +6,9 @@
     ...                                           # the run
     guess.reveal(formula=1.0, measured=ratio, why="reduce-scatter + all-gather = one all-reduce")
 
-``predict`` shows a text box and a Commit button; once committed the guess is locked. ``reveal``
+``predict`` shows a text box (it reads "5/8", "20%", "64 KB", "0.5x": ``typed_guess``) and a
+Commit button (Enter commits too); once committed the guess is locked, and shown as plain HTML
+that a saved notebook keeps (``predict_view``). ``reveal``
 shows the guess next to the formula and the measurement, with how far off the guess was, but
 ONLY once a guess is committed: with JupyterLab's Run All the reveal cell runs before anyone has
 typed, so it shows "commit your prediction above" and fills itself in at the moment of the commit.
@@ -33,7 +35,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from lab_utils.exercises.predict_view import GREY, committed_html, show_input, show_live
 from lab_utils.exercises.prediction_store import BOX_STYLE, fmt, load, plain, predictions_path, save
+from lab_utils.exercises.typed_guess import read_guess
+from lab_utils.shown import ShownOnce, in_notebook
 
 HIDDEN_NOTE = "Commit your prediction above to see the formula and the measurement."
 
@@ -44,15 +49,9 @@ def quick_mode() -> bool:
 
 
 def parse_number(text: str) -> float:
-    """'2.5', '1e9', '1,200', '3_000' -> float; anything else -> ValueError with the reason."""
-    cleaned = text.strip().replace(",", "").replace("_", "")
-    try:
-        value = float(cleaned)
-    except ValueError:
-        raise ValueError(f"not a number: {text.strip()!r} (type digits, e.g. 2.5 or 1e9)") from None
-    if not math.isfinite(value):
-        raise ValueError(f"not a finite number: {text.strip()!r}")
-    return value
+    """'2.5', '1e9', '1,200', '3_000', '5/8', '0.5x' -> float; else ValueError with the reason
+    (a guess in a unit: ``typed_guess.read_guess``)."""
+    return read_guess(text)
 
 
 def off_by(guess: float, truth: float) -> str:
@@ -68,7 +67,7 @@ def off_by(guess: float, truth: float) -> str:
 
 
 @dataclass
-class Prediction:
+class Prediction(ShownOnce):
     """One committed-before-reveal prediction. ``value`` is None until committed."""
 
     key: str
@@ -78,8 +77,6 @@ class Prediction:
     value: Any = None
     preset: bool = False  # quick mode's quick_guess, not the learner's
     _listeners: list[Callable[[], None]] = field(default_factory=list, repr=False)
-    _widget: Any = field(default=None, repr=False)
-    _error: Any = field(default=None, repr=False)
 
     @property
     def committed(self) -> bool:
@@ -93,7 +90,7 @@ class Prediction:
             if value not in self.choices:
                 raise ValueError(f"choose one of {list(self.choices)}, not {value!r}")
         else:
-            value = parse_number(value) if isinstance(value, str) else float(value)
+            value = read_guess(value, self.unit) if isinstance(value, str) else float(value)
             if not math.isfinite(value):
                 raise ValueError(f"not a finite number: {value!r}")
         self.value = value
@@ -126,8 +123,8 @@ class Prediction:
 
         ``measured`` is what the run observed (say what kind: ledger, wire, timer) and
         ``formula`` what theory predicts; the verdict compares the guess with the measurement
-        when there is one, else with the formula. Returns the output widget (None outside
-        Jupyter, where the comparison is printed if committed).
+        when there is one, else with the formula. Returns what it
+        shows (``.value``: its HTML now); outside Jupyter the comparison is printed if committed.
         """
         if self.choices and answer is None:
             raise ValueError("a multiple-choice prediction reveals with answer=...")
@@ -141,21 +138,19 @@ class Prediction:
             self._keep_outcome(rows[0])
             return self._html(rows, why)
 
-        try:
-            import ipywidgets as widgets
-            from IPython.display import display
-        except ImportError:  # plain Python: print what can be shown
-            if self.committed:
-                rows = self.comparison(formula, measured, answer)
-                self._keep_outcome(rows[0])
-                print(_text(rows, self.unit, why))
-            else:
-                print(HIDDEN_NOTE)
-            return None
-        out = widgets.HTML(render())
-        self._listeners.append(lambda: setattr(out, "value", render()))
-        display(out)
-        return out
+        def text() -> str:
+            if not self.committed:
+                return HIDDEN_NOTE
+            return _text(self.comparison(formula, measured, answer), self.unit, why)
+
+        shown = Revealed(render)
+        if in_notebook():  # plain HTML, redrawn in place by the commit (saved with the notebook)
+            self._listeners.append(show_live(render, text))
+            shown._shown = True
+        else:
+            print(text())
+            self._listeners.append(render)  # keeps the outcome once a guess is committed
+        return shown
 
     def _keep_outcome(self, row: dict) -> None:
         """Store what the reveal showed next to the learner's guess (not for quick-mode presets)."""
@@ -177,15 +172,27 @@ class Prediction:
                        for k in rows[0])
         body = "".join("<tr>" + "".join(f"<td style='padding:2px 10px'>{html.escape(fmt(v))}</td>"
                                         for v in r.values()) + "</tr>" for r in rows)
-        preset = " <i style='color:#57606a'>(quick mode: a preset guess)</i>" if self.preset else ""
+        preset = f" <i style='color:{GREY}'>(quick mode: a preset guess)</i>" if self.preset else ""
         note = f"<div style='margin-top:4px'>{html.escape(why)}</div>" if why else ""
         return (f'<div style="{BOX_STYLE}"><b>{html.escape(self.question)}</b>{unit}{preset}'
                 f"<table style='margin-top:4px'><tr>{head}</tr>{body}</table>{note}</div>")
 
     def _repr_html_(self) -> str:  # what the predict() cell shows once committed
-        state = (f"committed: <b>{html.escape(fmt(self.value))}</b> {html.escape(self.unit)}"
-                 if self.committed else "not committed yet")
-        return f'<div style="{BOX_STYLE}">{html.escape(self.question)}<br>{state}</div>'
+        return committed_html(self)
+
+
+@dataclass
+class Revealed(ShownOnce):
+    """What ``reveal`` showed: ``value`` is its HTML as of now (the hidden note until a commit)."""
+
+    render: Callable[[], str]
+
+    @property
+    def value(self) -> str:
+        return self.render()
+
+    def _repr_html_(self) -> str:
+        return self.render()
 
 
 def _text(rows: list[dict], unit: str, why: str) -> str:
@@ -213,39 +220,11 @@ def predict(key: str, question: str, unit: str = "", quick_guess: Any = None,
         answer = quick_guess
     if answer is not None:
         p.commit(answer)
-    try:
-        import ipywidgets as widgets
-        from IPython.display import display
-    except ImportError:
+    if not in_notebook():
         return p
     if p.committed:
-        display(p)
-        return p
-    p._widget, p._error = _input_widget(p, widgets)
-    display(p._widget)
+        p.show()
+    else:  # the input; the commit replaces it with plain HTML (predict_view)
+        show_input(p)
+        p._shown = True
     return p
-
-
-def _input_widget(p: Prediction, widgets: Any) -> tuple[Any, Any]:
-    """A question, an input (text box or choice buttons), a Commit button and an error line."""
-    label = widgets.HTML(f"<b>Your prediction:</b> {html.escape(p.question)}")
-    error = widgets.HTML()
-    if p.choices:
-        box = widgets.ToggleButtons(options=list(p.choices), value=None)
-    else:
-        box = widgets.Text(placeholder="a number" + (f" ({p.unit})" if p.unit else ""),
-                           layout=widgets.Layout(width="220px"))
-    button = widgets.Button(description="Commit", button_style="primary")
-
-    def on_commit(_: Any = None) -> None:
-        try:
-            p.commit(box.value)
-        except ValueError as exc:
-            error.value = f"<span style='color:#8a1c1c'>{html.escape(str(exc))}</span>"
-            return
-        error.value = f"<span style='color:#1a7f37'>committed: {html.escape(fmt(p.value))} {html.escape(p.unit)}</span>"
-        box.disabled = button.disabled = True
-
-    button.on_click(on_commit)
-    row = widgets.HBox([box, button])
-    return widgets.VBox([label, row, error]), error

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lab_utils.classroom.client import predictions_saved
+
 ENV_PATH = "LAB_PREDICTIONS"
 DEFAULT_PATH = Path("~/.distributed_labs/predictions.json")
 BOX_STYLE = "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:4px 0"
@@ -38,6 +40,7 @@ def save(path: Path, data: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
+    predictions_saved(data)   # a live class, if the learner joined one (lab_utils.classroom)
 
 
 def history(lab: str | None = None) -> list[dict]:

@@ -22,7 +22,8 @@ import torch.distributed as dist
 from lab_utils.calc.comm import ring_bytes_per_rank
 from lab_utils.parallel.collectives import (_chunks, _exchange, _ring, ring_all_gather, ring_all_reduce,
                                   ring_reduce_scatter)
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.measure import CommLedger
 
 SIZES = (1020, 10)  # 1020 floats: N = 1, 2, 3, 4 divide it, so bytes must match the formula
@@ -61,6 +62,16 @@ def _in_group(fn: Any, group: Any, group_ranks: tuple[int, ...], me: int) -> str
                     f"({list(group_ranks)}): the ring ignored `group`. Take n and your position "
                     "from dist.get_world_size(group) / dist.get_rank(group), and pass "
                     "group=group to every send and recv")
+        if problem and n > 1 and torch.allclose(got, expected / n, rtol=1e-5, atol=1e-5):
+            return (f"the result is 1/{n} of the sum: you averaged, but this all-reduce SUMS "
+                    "(as dist.all_reduce does by default); do not divide by N")
+        if problem and n > 1:
+            r = group_ranks.index(me)
+            mine, want = got.tensor_split(n)[r], expected.tensor_split(n)[r]
+            if torch.allclose(mine, want, rtol=1e-5, atol=1e-5):
+                return (f"only this rank's own chunk ({r} of {n}) holds the full sum: that is "
+                        "where the reduce-scatter phase leaves it. The all-gather phase is "
+                        "missing: N-1 more steps pass each finished chunk around the ring")
         if problem:
             return problem
         if numel % n == 0 and n > 1:
@@ -83,11 +94,9 @@ def check(ctx, fn) -> Verdict:
         if len(partition) == 1:
             group = ctx.group
         problem = _in_group(fn, group, ranks, me)
-        problems: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns it
-        failing = [r for r, p in enumerate(problems) if p]
-        if failing:
-            return Verdict.fail(f"{name}, rank {failing[0]}: {problems[failing[0]]}")
+        found = first_problem(problem, ctx.group)  # every rank learns it
+        if found:
+            return Verdict.fail(f"{name}, rank {found[0]}: {found[1]}")
     return Verdict.ok("matches all_reduce in place on the whole world, on sub-groups [0, 2] / "
                       "[1, 3] and on a group of 3; 2(N-1) messages and 2(N-1)/N x D bytes per "
                       "rank, as the ring formula says")

@@ -11,8 +11,8 @@ forward, identity in backward (an autograd.Function).
 
 The check runs on 4 ranks in three configurations: the whole world (t = 4), two tensor-parallel
 groups [0, 2] and [1, 3] at once (t = 2, not WORLD: an all-reduce on the default group sums the
-partials of both groups), and a group of 3 (C = 8 features cut 3, 3, 2; rank 3 alone, t = 1). A CommLedger requires exactly 1 all-reduce in forward, none in
-backward.
+partials of both groups), and a group of 3 (C = 8 features cut 3, 3, 2; rank 3 alone, t = 1).
+A CommLedger requires exactly 1 all-reduce in forward, none in backward.
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       register)
 from lab_utils.parallel.tensor_parallel.comm import _all_reduce, _ReduceFromTP
 
 
@@ -89,6 +90,10 @@ def _diagnose_forward(y, expected, local, t, world: int = 0) -> str | None:
         return (f"y is {world // t} x the sum over this group: the all-reduce ran on the default "
                 f"(whole-world) group of {world} ranks, adding the partials of the other groups; "
                 "pass group=group to the all-reduce")
+    if t > 1 and torch.allclose(y, (expected - b) / t + b, atol=1e-5):
+        return (f"y is 1/{t} of the sum: averaging partials is a DDP habit: row-parallel "
+                "partial sums are SUMMED (each rank holds a different part of the same dot "
+                "product, not a copy of it): all-reduce with op=SUM")
     if torch.allclose(y - expected, (t - 1) * b, atol=1e-5):
         return (f"y = expected + {t - 1} x bias: the bias was added on every rank BEFORE the "
                 f"all-reduce, so the sum counts it {t} times; add it once, after the reduce")
@@ -114,7 +119,7 @@ def _in_group(ctx, fn) -> Verdict:
     if problem is not None:
         return Verdict.fail(problem)
     if not ok.item():
-        return Verdict.fail("another rank's output is wrong (see its message)")
+        return Verdict.fail("")  # another rank's output is wrong: check() reports its cause
     n_fwd = ledger.count("all_reduce", "forward")
     with ledger:
         with ledger.phase("backward"):
@@ -125,6 +130,11 @@ def _in_group(ctx, fn) -> Verdict:
                                 ("bias.grad", local[2].grad, full[2].grad, None)):
         ref = ref if dim is None else ref.chunk(t, dim)[ctx.rank]
         problem = compare_tensors(got, ref, what=what)
+        if problem and what == "bias.grad" and got is None:
+            problem = ("bias.grad is None on this rank although y is right: the bias was added "
+                       "on one rank only, before the all-reduce, so the other ranks' bias never "
+                       "gets a gradient and their copies drift apart; add it on every rank, "
+                       "after the reduce")
         if problem:
             if n_bwd:
                 problem += (f" - and backward made {n_bwd} collective call(s): g's backward is "
@@ -147,11 +157,9 @@ def check(ctx, fn) -> Verdict:
         gctx = SimpleNamespace(rank=ranks.index(me), world_size=len(ranks), world=ctx.world_size,
                                group=ctx.group if len(partition) == 1 else group)
         verdict = _in_group(gctx, fn)
-        failed = torch.tensor([float(not verdict.passed)])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)  # every rank stops together
-        if failed.item():
-            return Verdict.fail(f"{name}: " + (verdict.message if not verdict.passed else
-                                               "this rank is right, another rank is not"))
+        found = first_problem(None if verdict.passed else verdict.message, ctx.group)
+        if found:  # every rank stops together, with the first failing rank's cause
+            return Verdict.fail(f"{name}, rank {found[0]}: {found[1]}")
         done.append(name)
     return Verdict.ok(f"{'; '.join(done)}: output and gradients match the unsharded linear; "
                       "1 all-reduce forward, 0 backward")

@@ -139,9 +139,13 @@ def _why(recipe: str, got: dict, exp: dict, n: int, tied: bool) -> str:
             return ("every bucket is off by the same factor: the parameter count. This model's "
                     "output head IS its token embedding (one tensor in two places): count each "
                     "parameter tensor once, e.g. model.parameters(), not the state_dict or names.")
-        return "every bucket is off by the same factor: count the parameters with model.parameters()."
+        return ("every bucket is off by the same factor: count the parameters with "
+                "model.parameters().")
     adam = recipe != "fp32_sgd_momentum"
     if recipe == "mixed_adam":
+        if per["master"] == 0 and per["optimizer"] == 12:
+            return ("the fp32 master copy is a bucket of its own: 4 B in 'master', and m and v "
+                    "(8 B) in 'optimizer', not 12 B lumped into the optimizer.")
         if per["master"] == 0 and per["optimizer"] == 4:
             return ("mixed precision does not halve the 16 B: only the weights and gradients that "
                     "forward/backward use are 16-bit; the optimizer adds an fp32 master copy "

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from lab_utils.calc.pipeline import bubble
-from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, register
-from lab_utils.exercises._pipeline_check import check_orders
+from lab_utils.exercises._pipeline_check import (check_orders, ideal_bubble, stuck_or_wrong,
+                                                 validate_orders)
 
 CONFIGS = ((4, 8), (2, 5), (4, 3))  # (stages p, micro-batches m); p = 2 runs as 2 pipelines
 T_F, STUCK_AFTER_S = 0.01, 3.0
@@ -94,26 +94,9 @@ def wrong_hardcoded_p(stage: int, p: int, m: int) -> list[str]:
 
 def _validate(orders: list[Any], p: int, m: int) -> str | None:
     """Why the orders are not schedules at all, or None."""
-    for s, order in enumerate(orders):
-        if not isinstance(order, (list, tuple)) or not all(isinstance(op, str) for op in order):
-            return f"stage {s}: return a list of strings like 'F0', 'B0', 'W0', got {order!r:.80}"
-        seen: set[str] = set()
-        for k, op in enumerate(order):
-            if len(op) < 2 or op[0] not in "FBW" or not op[1:].isdigit() or int(op[1:]) >= m:
-                return (f"p={p}, m={m}, stage {s}, position {k}: {op!r} is not 'F<i>', 'B<i>' "
-                        f"or 'W<i>' with 0 <= i < m = {m} (m can be smaller than p)")
-            if op in seen:
-                return f"p={p}, m={m}, stage {s}: {op} appears twice"
-            need = {"B": "F", "W": "B"}.get(op[0])
-            if need and f"{need}{op[1:]}" not in seen:
-                return (f"p={p}, m={m}, stage {s}: {op} comes before {need}{op[1:]} (B needs its "
-                        "forward's activations; W needs the output gradient that B received)")
-            seen.add(op)
-        missing = [f"{k}{i}" for k in "FBW" for i in range(m) if f"{k}{i}" not in seen]
-        if missing:
-            return (f"p={p}, m={m}, stage {s}: missing {', '.join(missing[:6])} (every "
-                    "micro-batch needs F, B and W on every stage)")
-    return None
+    return validate_orders(orders, p, m, {"B": "F", "W": "B"}, "B needs its forward's "
+                           "activations; W needs the output gradient that B received",
+                           "every micro-batch needs F, B and W on every stage")
 
 
 def check(ctx: Any, fn: Callable) -> Verdict:
@@ -123,20 +106,14 @@ def check(ctx: Any, fn: Callable) -> Verdict:
 def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verdict:
     """``ranks``: the summaries of ONE pipeline's stages, stage order."""
     where = f"p={p}, m={m}"
-    stuck = [r["stuck"] for r in ranks if r["stuck"]]
-    if stuck:
-        return Verdict.fail(
-            f"{where}: DEADLOCK on real ranks (no message for {STUCK_AFTER_S:g} s):\n  "
-            + "\n  ".join(stuck) + "\nEach waiting stage needs a message its neighbour only "
-            "sends AFTER its own wait is over: a cycle. Before its first B, a stage must run "
-            "the forwards that the stages after it need to send a gradient back.", deadlock=True)
-    grads = [(s, r["grad"]) for s, r in enumerate(ranks) if r["grad"]]
-    if grads:
-        return Verdict.fail(
-            f"{where}, stage {grads[0][0]}: {grads[0][1]}. No deadlock, but wrong gradients: "
-            "messages between two stages are matched in the order they were sent, so a stage "
-            "whose B's (or F's) run in another micro-batch order than its neighbour's computes "
-            "one micro-batch's backward with another one's gradient.")
+    failed = stuck_or_wrong(
+        ranks, where, STUCK_AFTER_S, "Before its first B, a stage must run the forwards that "
+        "the stages after it need to send a gradient back.", ". No deadlock, but wrong "
+        "gradients: messages between two stages are matched in the order they were sent, so a "
+        "stage whose B's (or F's) run in another micro-batch order than its neighbour's "
+        "computes one micro-batch's backward with another one's gradient.")
+    if failed:
+        return failed
     peaks, cap = [r["peak"] for r in ranks], min(p, m)
     over = [s for s in range(p) if peaks[s] > cap]
     if over:
@@ -146,7 +123,8 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
             f"micro-batches at once (per stage: {peaks}); ZB-H1 holds at most min(p, m) = {cap}, "
             "1F1B's peak. A micro-batch's activations are freed only by its W: deferring W "
             "costs memory.", peaks=peaks)
-    yours, best = _ideal_bubble(orders, p), _ideal_bubble([reference(s, p, m) for s in range(p)], p)
+    yours = ideal_bubble(orders, p, 1.0, 2.0, 1.0, split=True)
+    best = ideal_bubble([reference(s, p, m) for s in range(p)], p, 1.0, 2.0, 1.0, split=True)
     if yours > best + 1e-9:
         return Verdict.fail(
             f"{where}: gradients right, memory within {cap} {peaks}, but your order idles more: "
@@ -156,17 +134,6 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
             peaks=peaks)
     return Verdict.ok(f"{where}: gradients match the reference, peak in-flight {peaks} <= "
                       f"{cap}, ideal bubble {yours:.1%}", peaks=peaks)
-
-
-def _ideal_bubble(orders: list[list[str]], p: int) -> float:
-    """Idle fraction of the ideal timeline of these orders (t_f = T_B = T_W, free messages);
-    1.0 if they deadlock."""
-    from lab_utils.experiments.lab07.torch_pipeline import replay
-
-    events = [dict(rank=s, name=op[0], mb=int(op[1:]), stage=s, start=k)
-              for s in range(p) for k, op in enumerate(orders[s])]
-    ideal = replay(events, 1.0, 2.0, 1.0, split=True)
-    return 1.0 if ideal is None else bubble_from_timeline(ideal).mean
 
 
 register(Exercise(

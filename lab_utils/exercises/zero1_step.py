@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, register
+from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
+                                       raised_in, register)
 from lab_utils.parallel.zero import zero1_step as reference
 
 P_PER_RANK = 6  # P = 6 K elements, divisible by K
@@ -36,18 +37,28 @@ def _init(n: int) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(7))
 
 
-def _expected(n: int, ranks: tuple[int, ...], opt: str, steps: int, lr: float) -> torch.Tensor:
+def _mean_grad(step: int, ranks: tuple[int, ...], n: int) -> torch.Tensor:
+    return torch.stack([_grad(step, r, n) for r in ranks]).mean(0)
+
+
+def _expected(n: int, ranks: tuple[int, ...], opt: str, steps: int, lr: float,
+              accumulate: bool = False) -> torch.Tensor:
     """Single process: the full parameters, the MEAN gradient of the group's ranks (global
-    ranks ``ranks``), a full optimizer."""
+    ranks ``ranks``), a full optimizer (``accumulate``: gradients never zeroed, a mistake)."""
     p = nn.Parameter(_init(n))
     o = torch.optim.SGD([p], lr=lr) if opt == "sgd" else torch.optim.AdamW([p], lr=lr)
     for t in range(steps):
-        p.grad = torch.stack([_grad(t, r, n) for r in ranks]).mean(0)
+        p.grad = _mean_grad(t, ranks, n) + (p.grad if accumulate and p.grad is not None else 0)
         o.step()
     return p.detach()
 
 
-def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | None:
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _diagnose(got: torch.Tensor, shard: torch.Tensor, ctx, opt: str, steps: int,
+              lr: float) -> str | None:
     """None if right; else what went wrong, shard by shard."""
     k, r, n = ctx.world_size, ctx.rank, P_PER_RANK * ctx.world_size
     want = _expected(n, ctx.group_ranks, opt, steps, lr)
@@ -56,6 +67,19 @@ def _diagnose(got: torch.Tensor, ctx, opt: str, steps: int, lr: float) -> str | 
         return None
     start = _init(n)
     shards = lambda t: t.view(k, P_PER_RANK)  # noqa: E731 - (K, P/K): one row per rank's slice
+    if _close(got, _mean_grad(steps - 1, ctx.group_ranks, n)):
+        return ("flat_param holds the averaged GRADIENT: the all-gather sent shard.grad; "
+                "all-gather the updated parameters (the shard itself) after the step")
+    if torch.equal(got, start) and torch.equal(shard.detach(), shards(start)[r]) and (
+            shard.grad is not None):
+        return ("the optimizer stepped before shard.grad was set (it skips a parameter whose "
+                ".grad is None), so nothing moved: set shard.grad first, then optimizer.step()")
+    if opt == "sgd" and 1 < k == ctx.world and _close(got, start + (want - start) / k):
+        return (f"the update is 1/{k} of the right one: you average twice: ReduceOp.AVG already "
+                "divides by the group size, so do not divide the result again")
+    if steps > 1 and _close(got, _expected(n, ctx.group_ranks, opt, steps, lr, True)):
+        return ("the second step used the SUM of both steps' gradients: shard.grad was never "
+                "zeroed (assign the reduced slice to shard.grad, do not add to it)")
     ok = [torch.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(shards(got), shards(want))]
     stale = [torch.equal(g, s) for g, s in zip(shards(got), shards(start))]
     if ok[r] and all(stale[s] for s in range(k) if s != r):
@@ -100,16 +124,17 @@ def _in_group(ctx, fn) -> tuple[str | None, float]:
         flat_param = _init(n)
         shard = nn.Parameter(flat_param[lo:hi].clone())  # (P/K,): this rank's slice
         o = torch.optim.SGD([shard], lr=lr) if opt == "sgd" else torch.optim.AdamW([shard], lr=lr)
-        with CommLedger() as ledger:
-            for t in range(steps):
-                fn(flat_param, _grad(t, ctx.global_rank, n), shard, o, ctx.group)
-        problem = _diagnose(flat_param, ctx, opt, steps, lr)
+        try:
+            with CommLedger() as ledger:
+                for t in range(steps):
+                    fn(flat_param, _grad(t, ctx.global_rank, n), shard, o, ctx.group)
+            problem = _diagnose(flat_param, shard, ctx, opt, steps, lr)
+        except RuntimeError as exc:  # each rank checks a collective's sizes before it sends
+            problem = raised_in(exc, wrong_group=k != ctx.world)
         # Every rank stops together (a rank that went on alone would wait in a collective).
-        failed = torch.tensor([float(problem is not None)])
-        dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
-        if failed.item():
-            return (f"{opt}, {steps} step(s): "
-                    f"{problem or 'this rank is right, another rank is not'}"), 0.0
+        found = first_problem(problem, ctx.group)
+        if found:  # "": another rank of the group has the problem, and check() reports it
+            return (f"{opt}, {steps} step(s): {problem}" if problem else ""), 0.0
         want_bytes = steps * 2 * (k - 1) / k * 4 * n
         if k > 1 and (ledger.count("reduce_scatter") != steps or ledger.count("all_gather") !=
                       steps or ledger.count("all_reduce") or ledger.bytes_sent() != want_bytes):
@@ -131,13 +156,10 @@ def check(ctx, fn) -> Verdict:
                                group=ctx.group if len(partition) == 1 else group,
                                global_rank=me, group_ranks=ranks)
         problem, sent[len(ranks)] = _in_group(gctx, fn)
-        problems: list = [None] * world
-        dist.all_gather_object(problems, problem, group=ctx.group)  # every rank learns it
-        failing = [r for r, p in enumerate(problems) if p]
-        if failing:
+        found = first_problem(problem, ctx.group)  # every rank learns it
+        if found:
             where = " and ".join(str(list(g)) for g in partition)
-            return Verdict.fail(f"with group(s) {where}, rank {failing[0]}: "
-                                f"{problems[failing[0]]}")
+            return Verdict.fail(f"with group(s) {where}, rank {found[0]}: {found[1]}")
     return Verdict.ok(f"SGD and AdamW match the single-process optimizer on the whole world "
                       f"(K = {world}) and on groups [0, 2] / [1, 3] (K = 2); "
                       f"{sent[world]:.0f} B sent per rank in 2 AdamW steps at K = {world} "

@@ -8,18 +8,25 @@
     practice.critique_widget()                # flawed answers from the sources: find the errors
     practice.mock_widget(seed=0, minutes=30)  # a timed mix of all of them, scored
 
-Modules: ``items`` (ids, submit marker, answer parsing), ``drills`` + ``generators`` +
-``generators_perf`` (numeric drills), ``concepts`` + ``bank/*.yaml`` (questions with rubrics),
-``critiques`` + ``critique_bank`` + ``critique_bank_parallel`` + ``critique_bank_baselines``
-(criticise this answer), ``mock`` (the timed interview), ``widgets`` / ``mock_ui`` (ipywidgets
-views), ``leaks`` (the test that an executed notebook shows no answer before its submit).
+The index, one concept per module or package (each package has an index of its own):
+    items      what every item shares: ids, the submit marker, answer parsing, units
+    drills/    numeric drills: the model, two generator modules, the deck (DrillSession)
+    concepts   questions with rubrics (``bank/concepts.yaml``, ``bank/debugs.yaml``)
+    critiques/ "criticise this answer": the model, three banks, the catalog
+    mock       the timed interview (items drawn from the three kinds above)
+    widgets    ipywidgets views of one item and of the decks; ``mock_ui`` the interview's view
+    leaks      the search that an executed notebook shows no answer before its submit
+Imports go one way: items <- drills <- critiques; concepts; mock <- (drills, concepts,
+critiques); widgets <- mock_ui. Nothing imports this index but code outside the package (and
+``leaks``, for ``lookup``).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from lab_utils.practice.concepts import Concept, ConceptResult, concept, load_bank, topics
-from lab_utils.practice.critiques import Critique, CritiqueResult, Statement, all_critiques, critique
+from lab_utils.practice.critiques import (Critique, CritiqueResult, Statement, all_critiques,
+                                          critique)
 from lab_utils.practice.drills import (Drill, DrillResult, DrillSession, Mistake, kinds,
                                        lookup_drill, make_drill, make_drills)
 from lab_utils.practice.items import SUBMITTED, Secrets, submitted_mark, tag

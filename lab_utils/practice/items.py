@@ -57,16 +57,39 @@ def fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+def shorten(text: str, width: int = 90) -> str:
+    """``text`` cut at a word boundary to at most ``width`` characters, "…" marking the cut."""
+    if len(text) <= width:
+        return text
+    return text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+
+
 def with_unit(x: float, unit: str) -> str:
-    """A value and its unit as people write them: 42x, 16.4%, $1.57M, 48 GB."""
+    """A value and its unit as people write them: 42x, 16.4%, 1.57 million USD, 48 GB."""
     if unit in ("x", "%", ""):
         return f"{fmt(x)}{unit}"
-    if unit == "$M":
-        return f"${fmt(x)}M"
     return f"{fmt(x)} {unit}"
 
 
-UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent")}
+# Money is written "USD", never with "$": JupyterLab typesets the text between two "$" signs of
+# an HTML output as LaTeX (a price and its unit vanish into math italics). A learner may still
+# type "$1.5M": the sign is read and dropped.
+MILLION_USD = "million USD"
+UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent"),
+              MILLION_USD: ("million USD", "million", "M USD", "MUSD", "M")}
+# Units that are a multiple of a plain count, the factor, and from which size on a number cannot
+# be meant in that unit (a 8.8e9 typed for "B params" is the full count): such input is refused
+# with a hint, not graded wrong.
+SCALED_UNITS = {"B params": (1e9, 1e6, "billions of parameters"), "GB": (1e9, 1e6, "gigabytes"),
+                "MB": (1e6, 1e7, "megabytes"), MILLION_USD: (1e6, 1e5, "millions of US dollars")}
+MATH_PAIR = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
+
+
+def math_pair(text: str) -> str:
+    """The first stretch of ``text`` a notebook would typeset as LaTeX (two unescaped "$"
+    signs), or ''. Rendered practice and card text must have none (tests check it)."""
+    m = MATH_PAIR.search(text)
+    return m.group(0) if m else ""
 
 
 def parse_answer(value: Any, unit: str = "") -> float:
@@ -87,6 +110,8 @@ def parse_answer(value: Any, unit: str = "") -> float:
         if not text:
             raise ValueError("the answer box is empty: type a number"
                              + (f" (in {unit})" if unit else ""))
+        if unit == MILLION_USD:
+            text = text.removeprefix("$").removeprefix("USD").strip()
         for word in sorted(UNIT_WORDS.get(unit, (unit,)) if unit else (), key=len, reverse=True):
             if word and text.lower().endswith(word.lower()):
                 text = text[: -len(word)].strip()
@@ -98,6 +123,10 @@ def parse_answer(value: Any, unit: str = "") -> float:
         x = float(text)
     if not math.isfinite(x):
         raise ValueError(f"{value!r} is not a finite number")
+    scale, implausible, words = SCALED_UNITS.get(unit, (1.0, math.inf, ""))
+    if abs(x) >= implausible:
+        raise ValueError(f"{value!r} looks like a plain count, but the answer is in {unit} "
+                         f"({words}): divide by 1e{round(math.log10(scale))} and submit again")
     return x
 
 

@@ -11,8 +11,10 @@ and critiques, answered in order against the clock, then scored (lab 12).
     mock.show_scorecard()
 
 Scoring: a drill 1 or 0; a critique its score (wrong statements found minus false alarms, plus
-right numbers, over the total); a concept the fraction of key points you ticked (0 until you
-tick). Answers after the time limit are graded and shown, but score 0. ``clock`` is injectable
+right numbers, over the total); a concept the fraction of key points you ticked. A concept
+answered but not self-graded when you move on (``next``, ``finish``) is scored from the
+keyword hint's ticks, so it never falls to 0 with no way back. ``finish`` stops the clock.
+Answers after the time limit are graded and shown, but score 0. ``clock`` is injectable
 (tests and quick mode use a fake one), so nothing here depends on wall time.
 """
 from __future__ import annotations
@@ -23,8 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from lab_utils.practice.concepts import Concept, ConceptResult, load_bank
-from lab_utils.practice.critiques import all_critiques
+from lab_utils.practice.critiques import Critique, all_critiques
 from lab_utils.practice.drills import Drill, kinds, make_drills
+from lab_utils.practice.items import shorten
 
 
 @dataclass
@@ -56,6 +59,7 @@ class MockInterview:
     clock: Callable[[], float] = time.monotonic
     items: list[Answered] = field(default_factory=list)
     started_at: float | None = None
+    finished_at: float | None = None
     index: int = 0
 
     def __post_init__(self) -> None:
@@ -85,7 +89,10 @@ class MockInterview:
 
     @property
     def elapsed_s(self) -> float:
-        return 0.0 if self.started_at is None else self.clock() - self.started_at
+        if self.started_at is None:
+            return 0.0
+        end = self.clock() if self.finished_at is None else self.finished_at
+        return end - self.started_at
 
     @property
     def remaining_s(self) -> float:
@@ -102,6 +109,8 @@ class MockInterview:
         wrong statements and numbers for a critique). Invalid input is not recorded."""
         if self.started_at is None:
             raise ValueError("press start first: the clock starts with the first question")
+        if self.finished_at is not None:
+            raise ValueError("the interview is finished: its answers are final")
         slot = self.items[self.index]
         if slot.result is not None:
             return slot.result
@@ -123,9 +132,25 @@ class MockInterview:
             raise ValueError("only an answered concept or debug question is self-graded")
         return slot.result.grade(covered)
 
+    def _settle(self) -> None:
+        """Score the current concept answer from the keyword hint if it was not self-graded."""
+        r = self.items[self.index].result
+        if isinstance(r, ConceptResult) and r.valid and r.score is None:
+            r.grade({i for i, hint in enumerate(r.hints, 1) if hint})
+
     def next(self) -> Any:
+        self._settle()
         self.index = min(self.index + 1, len(self.items) - 1)
         return self.current
+
+    def finish(self) -> float:
+        """Stop the clock (the answers are final); returns the score."""
+        if self.started_at is None:
+            raise ValueError("press start first: the clock starts with the first question")
+        if self.finished_at is None:
+            self._settle()
+            self.finished_at = self.clock()
+        return self.score
 
     @property
     def finished(self) -> bool:
@@ -143,7 +168,8 @@ class MockInterview:
                      "tick your key points" if isinstance(a.result, ConceptResult)
                      and a.result.score is None else "")
             kind = f"drill ({a.item.kind})" if isinstance(a.item, Drill) else a.item.kind
-            rows.append({"#": i, "item": a.item.id, "kind": kind,
+            text = a.item.title if isinstance(a.item, Critique) else a.item.question
+            rows.append({"#": i, "question": shorten(text, 60), "kind": kind,
                          "points": round(a.points if self.in_time(a) else 0.0, 2),
                          "answered at (min)": None if a.at_s is None else round(a.at_s / 60, 1),
                          "note": state})

@@ -45,11 +45,16 @@ class MockWidget(w.VBox):
         if m.started_at is None:
             self.status.value = "<i>Press start when you are ready.</i>"
             return
+        answered = sum(a.result is not None for a in m.items)
+        if m.finished_at is not None:
+            self.status.value = (f"<b>Finished</b> &middot; answered {answered} of "
+                                 f"{len(m.items)} in {m.elapsed_s / 60:.1f} of {m.minutes:g} min")
+            return
         left = m.remaining_s
         clock = (f"{int(left // 60)}:{int(left % 60):02d} left" if left >= 0
                  else f"over time by {int(-left // 60)}:{int(-left % 60):02d}")
         self.status.value = (f"<b>Question {m.index + 1} of {len(m.items)}</b> &middot; {clock} "
-                             f"&middot; answered {sum(a.result is not None for a in m.items)}")
+                             f"&middot; answered {answered}")
 
     def _answer(self, **kwargs: Any) -> Any:
         r = self.mock.answer(**kwargs)
@@ -80,7 +85,15 @@ class MockWidget(w.VBox):
         self._render()
         self._status()
 
+    def _settle_card(self) -> None:
+        """A concept answered but not scored counts with the ticks on screen (never 0 unseen)."""
+        card, slot = self.card, self.mock.items[self.mock.index]
+        if isinstance(card, ConceptCard) and card.result is not None and \
+                slot.result is card.result and card.result.score is None:
+            card.score_button.click()
+
     def _on_next(self, _: Any = None) -> None:
+        self._settle_card()
         self.mock.next()
         self._render()
         self._status()
@@ -91,11 +104,14 @@ class MockWidget(w.VBox):
         if m.started_at is None:
             self.error.value = error_html("press start first")
             return
+        self._settle_card()
+        m.finish()
         table = Table(m.scorecard(), title=f"Score {m.score:.0%} after {m.elapsed_s / 60:.1f} of "
                                            f"{m.minutes:g} minutes")
         self.result.value = table._repr_html_()
         for b in (self.next_button, self.finish_button):
             b.disabled = True
+        self.holder.children = []
         self._status()
 
     def simulate(self) -> float:

@@ -21,6 +21,7 @@ import ipywidgets as w
 from lab_utils.practice.concepts import Concept, ConceptResult, load_bank
 from lab_utils.practice.critiques import Critique, all_critiques
 from lab_utils.practice.drills import Drill, DrillSession
+from lab_utils.practice.items import shorten
 
 BOX = "border:1px solid #d0d7de;border-radius:6px;padding:8px 12px;margin:4px 0"
 RED, GREEN, GREY = "#8a1c1c", "#1a7f37", "#57606a"
@@ -92,10 +93,12 @@ class ConceptCard(w.VBox):
             return
         self.result, self.error.value = r, ""
         self.feedback.value = block(str(r))
-        self.points = [w.Checkbox(value=hint, description=f"key point {i} covered", indent=False)
-                       for i, hint in enumerate(r.hints, 1)]
+        self.points = [w.Checkbox(value=hint, indent=False, layout=w.Layout(width="28px"))
+                       for hint in r.hints]
+        rows = [w.HBox([cb, w.HTML(f"{i}. {html.escape(p.text)}")])   # each box beside its point
+                for i, (cb, p) in enumerate(zip(self.points, self.concept.points), 1)]
         self.points_box.children = [w.HTML("<b>Tick what your answer covered (the ticks are "
-                                           "pre-set by a keyword hint; you decide):</b>")] + self.points
+                                           "pre-set by a keyword hint; you decide):</b>")] + rows
         self.text.disabled = self.submit_button.disabled = True
         self.score_button.layout.display = ""
         if r.score is not None:
@@ -227,7 +230,7 @@ class ConceptWidget(_Picker):
             raise ValueError(f"no {kind} question has topic {topic!r}")
         heading = "Concept questions" if kind == "concept" else "Production debugging: walk me through it"
         super().__init__(f"{heading} (write first, then see the key points)", items,
-                         lambda c: f"{c.topic}: {c.question[:90]}")
+                         lambda c: shorten(f"{c.topic}: {c.question}"))
 
     def make_card(self, item: Concept) -> ConceptCard:
         return ConceptCard(item, lambda text: self._keep(item.id, item.submit(text)),

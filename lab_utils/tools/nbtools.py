@@ -15,6 +15,10 @@ import nbformat
 
 CHECKED_MARK = "# NBVAL_CHECK_OUTPUT"
 REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
+# The kernel `make lab` installs (the Makefile's `ipykernel install --name ... --display-name ...`);
+# a notebook naming another one is rewritten by JupyterLab the moment it opens (shown as modified).
+KERNELSPEC = {"display_name": "Distributed labs (.venv)", "language": "python",
+              "name": "distributed-labs"}
 
 
 def execute(src: Path, dest: Path, quick: bool) -> None:
@@ -61,6 +65,9 @@ def strip(nb: nbformat.NotebookNode) -> bool:
         if key in nb.metadata:
             del nb.metadata[key]
             changed = True
+    if nb.metadata.get("kernelspec") != KERNELSPEC:
+        nb.metadata["kernelspec"] = dict(KERNELSPEC)
+        changed = True
     return changed
 
 
@@ -76,8 +83,9 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
     unstripped = sum(1 for c in code if c.get("outputs") and CHECKED_MARK not in c.source)
     if unstripped:
         found.append(f"{unstripped} code cell(s) keep outputs: run `make strip`")
-    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
-        found.append("kernelspec name must be 'python3'")
+    if nb.metadata.get("kernelspec") != KERNELSPEC:
+        found.append(f"kernelspec must be {KERNELSPEC} (the kernel `make lab` installs): run "
+                     "`make strip`")
     from lab_utils.tools.giveaways import given_away
     return found + given_away(nb)
 

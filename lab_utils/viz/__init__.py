@@ -13,6 +13,9 @@ Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.s
     planner_widget()       PlannerWidget        ranked DP x TP x PP layouts         (labs 08, 12)
     training_cost_explorer()  TrainingCostExplorer  days, GPU-hours, cost to train  (labs 10, 12)
 
+Checks: ``checked(fig)`` refuses a figure whose axis would run far beyond its data (a log axis
+reads an annotation's y as log10: 80 means 10^80); every builder and explorer here calls it.
+
 Tables: ``show_table(rows, title=...)`` prints every lab's results the same way (HTML/text).
 
 Each explorer has pure ``validate(values)``, ``figure_spec(state)`` and ``summary_html(state)``
@@ -21,6 +24,7 @@ Number boxes hand their text to Python, where the calculators' checks (``calc._c
 and judge it: "2.5" in a whole-number box shows the error box instead of becoming 25.
 """
 from lab_utils.viz._base import Explorer, apply_spec, to_figure
+from lab_utils.viz.axis_check import axis_problems, checked
 from lab_utils.viz.amdahl_explorer import AmdahlExplorer, amdahl_explorer
 from lab_utils.viz.bubble_explorer import BubbleExplorer, bubble_explorer
 from lab_utils.viz.collective_explorer import CollectiveExplorer, collective_explorer
@@ -34,7 +38,7 @@ from lab_utils.viz.training_cost import TrainingCostExplorer, training_cost_expl
 
 __all__ = [
     "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
-    "Explorer", "apply_spec", "to_figure",
+    "Explorer", "apply_spec", "to_figure", "axis_problems", "checked",
     "MemoryExplorer", "memory_explorer", "memory_timeline_figure", "BubbleExplorer", "bubble_explorer",
     "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
     "PlannerWidget", "planner_widget", "Table", "show_table",

@@ -5,7 +5,7 @@ An explorer is an ``ipywidgets.VBox`` (so it displays and nests like any widget)
     title    an HTML header with a stable text and CSS class (found by headless-browser tests)
     controls ipywidgets whose ``.value`` IS the widget's state (the whole contract)
     error    an HTML box: the readable message of the last bad input, empty when all is well
-    summary  HTML with the numbers the figure shows, stated in words
+    summary  HTML with the numbers the figure shows, stated in words (below the figure)
     figure   a plotly ``go.Figure`` of the shown state (what tests and code read), brought up to
              date when read: the page draws from the spec's JSON, so no update waits for it
     view     an ``ipywidgets.Output`` showing that figure through plotly's JupyterLab mime
@@ -27,7 +27,9 @@ well, and when it takes over: lab_utils/viz/live_plot.py.
 """
 from __future__ import annotations
 
+import functools
 import html
+import json
 from typing import Any
 
 import ipywidgets as widgets
@@ -36,8 +38,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from traitlets import TraitError
 
+from lab_utils.viz.axis_check import checked
 from lab_utils.viz.controls import NumberText
-from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, Spec, figure_json, figure_output
+from lab_utils.viz.live_plot import (MAX_RENEWALS, LivePlot, Spec, default_template, figure_json,
+                                    figure_output)
 
 ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
                "padding:6px 10px;margin:4px 0;font-size:13px")
@@ -97,7 +101,28 @@ def _array(key: str, value: Any) -> Any:
 
 def to_figure(spec: Spec) -> go.Figure:
     """A static ``go.Figure`` from a spec (for papermill / static HTML export)."""
-    return go.Figure(spec)
+    return checked(go.Figure(spec))
+
+
+@functools.cache
+def template_json() -> str:
+    """The default template as the text every LivePlot sends its page once (live_plot.py)."""
+    return json.dumps(default_template(), separators=(",", ":"))
+
+
+COLUMN_CHARS = 28  # characters a grid column shows whole at 1280 px (about 200 px of 13-px text)
+
+
+def grid_span(ctl: widgets.Widget, columns: int) -> int:
+    """Grid columns a control needs for its label and its longest option, at most ``columns``."""
+    chars = len(getattr(ctl, "description", ""))
+    if isinstance(ctl, widgets.Dropdown):
+        chars += 8 + max((len(str(label)) for label in ctl._options_labels), default=0)
+    elif isinstance(ctl, widgets.Text):
+        chars += 8  # room to show a number
+    elif isinstance(ctl, widgets.Checkbox):
+        chars += 3  # the box
+    return min(columns, 1 + (chars - 1) // COLUMN_CHARS)
 
 
 class Explorer(widgets.VBox):
@@ -122,7 +147,11 @@ class Explorer(widgets.VBox):
         self._set_errors: list[str] = []
         self._message = ""
         for ctl in controls.values():
-            ctl.layout.width = "100%"  # fill the grid cell; the cell, not the content, sets the width
+            # fill the grid cell, its margins included (width 100% plus margins stuck out 2 px,
+            # clipped); a long label or option takes as many columns as it needs to show whole
+            ctl.layout.width = "auto"
+            # (grid_area: ipywidgets 8.1's front end drops grid_column, measured in Chromium)
+            ctl.layout.grid_area = f"auto / span {grid_span(ctl, self.COLUMNS)}"
             ctl.style.description_width = "initial"
             ctl.observe(self._on_change, names="value")
         grid = widgets.GridBox(
@@ -130,8 +159,9 @@ class Explorer(widgets.VBox):
             # minmax(0, 1fr): equal columns that may shrink below their content (a long
             # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
             layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
-                                  grid_gap="4px 12px", width="100%"))
-        super().__init__([self.header, grid, self.error, self.summary, self.view, self.plot])
+                                  grid_gap="4px 12px", width="100%", grid_auto_flow="row dense"))
+        # the numbers in words go BELOW the figure: controls and figure fit one screen (1280x800)
+        super().__init__([self.header, grid, self.error, self.view, self.plot, self.summary])
         self.add_class("lab-explorer")
         self.add_class(self.CSS)
         if initial:
@@ -234,7 +264,7 @@ class Explorer(widgets.VBox):
             return self._fail("; ".join(self._set_errors))
         try:
             state = self.validate(self.values)
-            spec = self.figure_spec(state)
+            spec = checked(self.figure_spec(state))  # no axis far beyond its data
             summary = self.summary_html(state)
         except ValueError as exc:
             return self._fail(str(exc))
@@ -242,7 +272,7 @@ class Explorer(widgets.VBox):
             return self._fail(f"unexpected {type(exc).__name__}: {exc}")
         self.spec = spec
         # a live view redraws from this text; otherwise the Output shows it
-        self.plot.figure = figure_json(spec) or pio.to_json(self.figure, validate=False)
+        self.plot.figure = figure_json(spec, template=False) or pio.to_json(self.figure, validate=False)
         if not self.plot.live:
             self._show_in_output()
         self.summary.value = summary
@@ -255,14 +285,14 @@ class Explorer(widgets.VBox):
         title = layout.get("title")
         title = (title.get("text") if isinstance(title, dict) else title) or "figure"
         self.view.layout.min_height = f"{layout.get('height') or 360}px"
-        self.view.outputs = (figure_output(self.plot.figure, title),)
+        self.view.outputs = (figure_output(self.plot.full(), title),)
 
     def _on_live(self, change: dict[str, Any]) -> None:
         if not change["new"]:  # a view could not redraw in place: the Output shows the figure
             self._show_in_output()
 
     def _new_plot(self) -> LivePlot:
-        plot = LivePlot(layout=widgets.Layout(height="0px"))
+        plot = LivePlot(layout=widgets.Layout(height="0px"), template=template_json())
         plot.observe(self._on_live, names="live")
         plot.observe(self._on_deaf, names="deaf")
         return plot

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc import amdahl_limit, amdahl_speedup, gustafson_speedup
 from lab_utils.calc._check import boolean, fraction, whole
 from lab_utils.viz._base import Explorer, Spec
@@ -69,7 +69,7 @@ def figure_spec(st: AmdahlState) -> Spec:
         title=dict(text=f"Speedup vs devices, serial fraction s = {s:g}"),
         xaxis=dict(title=dict(text="N (devices)"), type=kind),
         yaxis=dict(title=dict(text="speedup S(N) (x single device)"), type=kind),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+        legend=LEGEND_BESIDE)
     return {"data": data, "layout": layout}
 
 

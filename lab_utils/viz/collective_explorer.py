@@ -111,7 +111,7 @@ def figure_spec(st: CollectiveState) -> Spec:
         width=FIGURE_WIDTH, height=440, margin=dict(l=60, r=20, t=90, b=50),
         title=dict(text=f"{st.op}, {fixed}, alpha = {st.alpha_s * 1e6:g} µs, "
                    f"bandwidth = {st.bandwidth / 1e9:g} GB/s per direction"),
-        legend=dict(orientation="h", yanchor="top", y=-0.18, font=dict(size=10)),
+        legend=dict(orientation="h", yref="container", y=0, yanchor="bottom", font=dict(size=10)),
         annotations=[dict(text=t, x=x, y=1.02, xref="paper", yref="paper", showarrow=False,
                           xanchor="center", yanchor="bottom", font=dict(size=12))
                      for t, x in (("bytes sent per rank (ring), MB", 0.14),

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.axis_check import checked
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc.pipeline import Event as PipelineEvent
 
 # One colour per kind of work, shared by ideal (F/B/W) and measured (forward/backward/...) events,
@@ -93,6 +94,30 @@ def _normalise(events: Iterable[Any]) -> tuple[list[_Bar], bool]:
     return bars, ideal
 
 
+def _row(rank: int, meta: Mapping[str, Any]) -> str:
+    lane = meta.get("lane")
+    return f"rank {rank} {lane}" if lane else f"rank {rank}"
+
+
+def _group(bar: _Bar, color_by: str) -> str:
+    """The legend entry of a bar: its record's "kind" when it has one ("step" for "step 3"),
+    else its kind of work (``kind_of``), or ``color_by``'s value."""
+    if color_by != "name":
+        return f"{color_by}={bar.meta.get(color_by)}"
+    return str(bar.meta["kind"]) if "kind" in bar.meta else kind_of(bar.name)
+
+
+def _colors(keys: list[str], color_by: str) -> list[str]:
+    """One colour per legend entry, never repeated: the kinds' own colours, then the palette
+    (a sampled colour scale when there are more entries than palette colours)."""
+    from plotly.colors import sample_colorscale
+    own = [KIND_COLORS.get(k) if color_by == "name" else None for k in keys]
+    others = sum(c is None for c in own)
+    spare = iter(_PALETTE if others <= len(_PALETTE) else
+                 sample_colorscale("Turbo", [i / max(1, others - 1) for i in range(others)]))
+    return [c or next(spare) for c in own]
+
+
 def _label(bar: _Bar, show_chunk: bool) -> str:
     mb = bar.meta.get("mb", bar.meta.get("microbatch"))
     if mb is None:
@@ -110,23 +135,25 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
     unit = time_unit or ("units of t_f" if ideal else "s")
     t0 = min(b.start for b in bars) if relative else 0.0
     show_chunk = any(b.meta.get("chunk") for b in bars)
-    ranks = sorted({b.rank for b in bars})
+    # an event's optional "lane" (e.g. "compute", "comm": the streams of the emulated cluster,
+    # lab_utils.twin) gives each rank one row per lane
+    lanes = sorted({(b.rank, str(b.meta.get("lane", ""))) for b in bars})
     groups: dict[str, list[_Bar]] = {}
     for b in bars:
-        key = kind_of(b.name) if color_by == "name" else f"{color_by}={b.meta.get(color_by)}"
-        groups.setdefault(key, []).append(b)
+        groups.setdefault(_group(b, color_by), []).append(b)
     # Legend order: the canonical kinds first (forward, backward, ...), then the rest sorted.
     canon = list(KIND_COLORS)
     order = sorted(groups, key=lambda k: (canon.index(k) if k in canon else len(canon), k))
     data = []
-    for i, key in enumerate(order):
+    for key, color in zip(order, _colors(order, color_by)):
         grp = groups[key]
-        color = (KIND_COLORS.get(key) if color_by == "name" else None) \
-            or _PALETTE[i % len(_PALETTE)]
         data.append(dict(
-            type="bar", orientation="h", name=key, y=[f"rank {b.rank}" for b in grp],
+            type="bar", orientation="h", name=key, y=[_row(b.rank, b.meta) for b in grp],
             base=[b.start - t0 for b in grp], x=[b.end - b.start for b in grp],
-            text=[_label(b, show_chunk) for b in grp], textposition="inside",
+            # a bar grouped by its record's kind is labelled with its own name ("step 3")
+            text=[_label(b, show_chunk) or (b.name if "kind" in b.meta and b.name != key else "")
+                  for b in grp],
+            textposition="inside",
             insidetextanchor="middle",
             marker=dict(color=color, line=dict(color="white", width=0.5)),
             # one preformatted string per bar: cheaper to send than a 2-D customdata
@@ -134,13 +161,13 @@ def gantt_spec(events: Iterable[Any], title: str = "", color_by: str = "name",
                        f"start {b.start - t0:.4g} {unit}<br>end {b.end - t0:.4g} {unit}<br>"
                        f"duration {b.end - b.start:.4g} {unit}" for b in grp],
             hovertemplate="%{hovertext}<extra></extra>"))
-    labels = [f"rank {r}" for r in ranks]
+    labels = [_row(r, {"lane": lane}) for r, lane in lanes]
     layout = dict(
         title=dict(text=title), barmode="overlay", bargap=0.25, width=width,
-        height=height or min(600, max(260, 110 + 45 * len(ranks))),  # fits 1280x800
+        height=height or min(600, max(260, 110 + 45 * len(labels))),  # fits 1280x800
         margin=dict(l=70, r=20, t=70 if title else 30, b=50),
         uniformtext=dict(minsize=8, mode="hide"),  # hide labels that do not fit a thin bar
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        legend=LEGEND_BESIDE,
         xaxis=dict(title=dict(text=f"time ({unit})"), rangemode="tozero"),
         yaxis=dict(categoryorder="array", categoryarray=labels,
                    autorange="reversed"),  # rank 0 on top
@@ -161,7 +188,8 @@ def gantt_figure(events: Iterable[Any], title: str = "", color_by: str = "name",
     time so the first event starts at 0 (recorded clocks are arbitrary). Bars are labelled
     with the micro-batch id ("3c1" = micro-batch 3, model chunk 1 when interleaved).
     """
-    return go.Figure(gantt_spec(events, title, color_by, time_unit, relative, width, height))
+    spec = gantt_spec(events, title, color_by, time_unit, relative, width, height)
+    return checked(go.Figure(spec))
 
 
 def _rows(state: Mapping[int, Sequence[float] | None] | Sequence[Sequence[float] | None]

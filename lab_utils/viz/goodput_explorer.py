@@ -14,7 +14,7 @@ from lab_utils.experiments.lab11_goodput import (LLAMA3_405B, daly_interval, goo
                                                   goodput_first_order, waste, young_interval)
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import float_text
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 MINUTE, HOUR = 60.0, 3600.0
 
@@ -82,7 +82,7 @@ def figure_spec(st: GoodputState) -> Spec:
                                   f"stall {st.stall_s:.3g} s, restart {st.restart_s / MINUTE:.3g} min)"),
                   xaxis=dict(title=dict(text="checkpoint interval (minutes of compute)"), type="log"),
                   yaxis=dict(title=dict(text="goodput (% of wall time)"), range=[0, 100]),
-                  legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+                  legend=LEGEND_BESIDE)
     return {"data": data, "layout": layout}
 
 

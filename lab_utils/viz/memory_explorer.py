@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc import (GB, GiB, PRESETS, RECIPES, ModelConfig, activation_memory,
                             model_state_memory, param_count)
 from lab_utils.calc import ZERO_STAGES, zero_stage
@@ -25,15 +25,15 @@ from lab_utils.viz.controls import checkbox, dropdown, float_text, int_text
 # need a shape, so each borrows the architecture of the nearest published model (named).
 WORKED: dict[str, tuple[str, float | None, str]] = {
     # key: (label, round n_params or None = exact count of the preset, preset for the shape)
-    "1B": ("1B (GPT-style 1b preset, exact count)", None, "1b"),
-    "3B": ("3B worked example (3e9 params; shape of megatron-3.6b)", 3e9, "megatron-3.6b"),
-    "7B": ("7B worked example (7e9 params; shape of llama2-7b)", 7e9, "llama2-7b"),
-    "7.5B": ("7.5B ZeRO paper Fig. 1 (7.5e9; shape of megatron-7.5b)", 7.5e9, "megatron-7.5b"),
-    "70B": ("70B (70e9 params; shape of llama2-70b)", 70e9, "llama2-70b"),
-    "GPT-3 175B": ("GPT-3 175B (gpt3-175b preset, exact count)", None, "gpt3-175b"),
+    "1B": ("1B (GPT-style 1b preset, exact)", None, "1b"),
+    "3B": ("3B example (3e9; megatron-3.6b shape)", 3e9, "megatron-3.6b"),
+    "7B": ("7B example (7e9; llama2-7b shape)", 7e9, "llama2-7b"),
+    "7.5B": ("7.5B ZeRO Fig. 1 (megatron-7.5b)", 7.5e9, "megatron-7.5b"),
+    "70B": ("70B (70e9; llama2-70b shape)", 70e9, "llama2-70b"),
+    "GPT-3 175B": ("GPT-3 175B (preset, exact)", None, "gpt3-175b"),
 }
 MODEL_OPTIONS = [(label, key) for key, (label, _, _) in WORKED.items()] + \
-    [(f"{name} (preset, exact count)", name) for name in PRESETS]
+    [(f"{name} (preset, exact)", name) for name in PRESETS]
 UNITS = {"GB": GB, "GiB": GiB}
 COMPONENTS = (("params", "weights (16-bit)", "#4C78A8"), ("grads", "gradients", "#F58518"),
               ("master", "fp32 master weights", "#72B7B2"),
@@ -140,13 +140,13 @@ def figure_spec(st: MemoryState) -> Spec:
                      hovertemplate=f"device memory {cap:.1f} {st.unit}<extra></extra>"))
     unit_note = "1 GB = 10^9 bytes" if st.unit == "GB" else "1 GiB = 2^30 bytes"
     layout = dict(
-        barmode="stack", width=FIGURE_WIDTH, height=430, margin=dict(l=70, r=20, t=60, b=50),
+        barmode="stack", width=FIGURE_WIDTH, height=360, margin=dict(l=70, r=20, t=60, b=50),
         title=dict(text=f"{st.n_params / 1e9:.2f}B params, {st.recipe}, dp={st.dp} tp={st.tp} "
                    f"pp={st.pp}: memory per GPU"),
         yaxis=dict(title=dict(text=f"memory per GPU ({st.unit}; {unit_note})"),
                    rangemode="tozero"),
         xaxis=dict(title=dict(text="data-parallel strategy over dp ranks")),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+        legend=LEGEND_BESIDE)
     return {"data": data, "layout": layout}
 
 

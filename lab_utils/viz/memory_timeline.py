@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.axis_check import checked
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 KINDS = (("params", "parameters", "#4C78A8"), ("grads", "gradients", "#F58518"),
          ("optimizer", "optimizer state", "#E45756"),
@@ -67,5 +68,5 @@ def memory_timeline_figure(points: Sequence[Any], unit: str = "KB",
                       xaxis_title="event (forward: after each layer; backward: each finished "
                                   "gradient)",
                       yaxis_title=f"bytes held ({unit})", hovermode="x unified",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
-    return fig
+                      legend=LEGEND_BESIDE)
+    return checked(fig)

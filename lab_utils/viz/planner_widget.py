@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc import (DEVICES, GB, LINKS, PRESETS, Cluster, ModelConfig, Plan,
                             best_per_layout, plan)
 from lab_utils.calc._check import boolean, choice, number, pos_int
@@ -121,15 +121,14 @@ def figure_spec(st: PlannerState) -> Spec:
     bar("bubble", [b * p.bubble for b, p in zip(busy, rows)], "#BAB0AC", "2", "s")
     bar("DP sync", [p.dp_comm_s for p in rows], "#E45756", "2", "s")
     layout = dict(
-        barmode="stack", width=FIGURE_WIDTH, height=460, margin=dict(l=60, r=20, t=80, b=110),
+        barmode="stack", width=FIGURE_WIDTH, height=420, margin=dict(l=60, r=20, t=60, b=110),
         title=dict(text=f"{st.cfg.name} on {st.cluster.world} GPUs ({st.cluster.name}), "
                    f"batch {st.global_batch} x {st.seq_len} tokens"),
         xaxis=dict(domain=[0, 0.46], anchor="y", tickangle=-40),
         yaxis=dict(anchor="x", title=dict(text="memory per GPU (GB = 10^9 B)")),
         xaxis2=dict(domain=[0.56, 1.0], anchor="y2", tickangle=-40),
         yaxis2=dict(anchor="x2", title=dict(text="time per step (s)")),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0,
-                    font=dict(size=10)))
+        legend=dict(LEGEND_BESIDE, font=dict(size=10)))
     return {"data": data, "layout": layout}
 
 

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
+from lab_utils.viz.axis_check import checked
 from lab_utils.viz.style import FIGURE_WIDTH
 
 COLORS = ("#4C78A8", "#72B7B2", "#F58518")
@@ -41,4 +42,4 @@ def strong_scaling_figure(curves: Sequence, cores: int, global_batch: int,
     fig.update_layout(title=f"Strong scaling, global batch {global_batch} sequences: step time vs "
                             "ranks", xaxis_title="N (ranks)", yaxis_title="step time (ms)",
                       height=430, width=FIGURE_WIDTH)
-    return fig
+    return checked(fig)

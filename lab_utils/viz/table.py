@@ -15,6 +15,8 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping, Sequence
 
+from lab_utils.shown import ShownOnce, in_notebook
+
 
 def _cell(value: Any, spec: str | None) -> str:
     if spec is not None and value is not None:
@@ -28,8 +30,9 @@ def _cell(value: Any, spec: str | None) -> str:
     return str(value)
 
 
-class Table:
-    """A rendered table: ``str(t)`` is aligned text, ``t._repr_html_()`` the HTML."""
+class Table(ShownOnce):
+    """A rendered table: ``str(t)`` is aligned text, ``t._repr_html_()`` the HTML (shown once:
+    a cell ending with ``show_table(...)`` does not show it twice)."""
 
     def __init__(self, rows: Sequence[Mapping[str, Any] | Sequence[Any]],
                  columns: Sequence[str] | None = None, title: str = "",
@@ -78,14 +81,8 @@ def show_table(rows: Sequence[Mapping[str, Any] | Sequence[Any]], columns: Seque
                units: Mapping[str, str] | None = None) -> Table:
     """Display a table of results (HTML in Jupyter, text elsewhere); returns the Table."""
     table = Table(rows, columns, title, fmt, units)
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        print(table)
-        return table
-    if get_ipython() is None:
-        print(table)
+    if in_notebook():
+        table.show()
     else:
-        display(table)
+        print(table)
     return table

@@ -16,7 +16,7 @@ from lab_utils.calc._check import choice, number, pos_int
 from lab_utils.calc.activations import RECOMPUTE
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import dropdown, float_text, int_text
-from lab_utils.viz.style import FIGURE_WIDTH
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 MODES = {"mfu": "MFU (% of peak)", "tflops": "achieved TFLOP/s per GPU"}
 MAX_GPUS = 10_000_000
@@ -124,7 +124,7 @@ def figure_spec(st: CostState) -> Spec:
                    f"{st.device}: days to train vs GPUs"),
         xaxis=dict(title=dict(text="GPUs"), type="log"),
         yaxis=dict(title=dict(text="days (24 h, no failures)"), type="log"),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+        legend=LEGEND_BESIDE)
     return {"data": data, "layout": layout}
 
 

@@ -1,16 +1,16 @@
 """Drill generators, part 1: memory and communication (lab 12). Each samples its parameters
 from the rng, asks ``lab_utils.calc`` for the answer and lists the misconceptions' answers.
-Part 2 (time, FLOPs, pipelines, scaling) is ``generators_perf``."""
+Part 2 (time, FLOPs, pipelines, scaling) is ``performance``."""
 from __future__ import annotations
 
 import random
 
 from lab_utils.calc import (GB, LINKS, MB, MOE_PRESETS, activation_bytes_per_layer,
                             all_to_all_bytes_per_layer, collective_time, cp_bytes_per_rank,
-                            max_params_that_fit,
-                            model_state_memory, moe_memory_per_rank, moe_param_count,
+                            max_params_that_fit, model_state_memory, moe_memory_per_rank,
+                            moe_param_count,
                             ring_bytes_per_rank, tp_layer_comm)
-from lab_utils.practice.drills import Drill, Mistake, generator
+from lab_utils.practice.drills.model import Drill, Mistake, generator
 from lab_utils.practice.items import fmt
 
 SIZES_B = (1, 3, 7, 8, 13, 30, 34, 70, 175)

@@ -2,7 +2,8 @@
 
 Each item paraphrases a flawed answer from the interview-prep documents the course was built
 from (named in ``source``) and computes the right numbers with ``lab_utils.calc``. Part 2
-(communication, pipelines, tensor parallelism, operations) is ``critique_bank_parallel``.
+(communication, pipelines, tensor parallelism, operations) is ``bank_parallel``, part 3
+(single-device baselines) ``bank_baselines``.
 """
 from __future__ import annotations
 
@@ -10,24 +11,11 @@ from functools import lru_cache
 
 from lab_utils.calc import (GB, activation_bytes_per_layer, amdahl_limit, amdahl_speedup,
                             model_state_memory)
-from lab_utils.practice.critiques import Critique, Statement
-from lab_utils.practice.drills import Drill, Mistake
+from lab_utils.practice.critiques.model import S, Critique, fix
 from lab_utils.practice.items import fmt
 
 STATE = "mixed-precision Adam keeps 16 bytes per parameter: bf16 weights (2) and gradients (2), " \
         "fp32 master weights (4), Adam's m and v (4 + 4)"
-
-
-def fix(item: str, j: int, question: str, answer: float, unit: str, explanation: str,
-        *mistakes: tuple[float, str], tolerance: float = 0.02) -> Drill:
-    """A number the learner must correct, graded like a drill (id ``critique:<item>/<j>``)."""
-    return Drill(question, answer, unit, tolerance, explanation, kind="critique-fix",
-                 mistakes=tuple(Mistake(v, why) for v, why in mistakes),
-                 id=f"critique:{item}/{chr(97 + j)}")
-
-
-def S(text: str, wrong: bool, why: str) -> Statement:  # noqa: N802 (reads like a table row)
-    return Statement(text, wrong, why)
 
 
 def gpt3_on_1000() -> Critique:

@@ -9,7 +9,7 @@
 
 Grading: +1 for each wrong statement you flag, -1 for each right statement you flag (floored at
 0), +1 for each corrected number within tolerance; the score is that over (wrong statements +
-numbers). The right numbers come from ``lab_utils.calc`` (``critique_bank``); each number's
+numbers). The right numbers come from ``lab_utils.calc`` (the ``bank_*`` modules); each number's
 ``mistakes`` include the flawed answer's own figure, so repeating it is named as such.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from lab_utils.practice.drills import Drill, DrillResult
+from lab_utils.practice.drills.model import Drill, DrillResult, Mistake
 from lab_utils.practice.items import Secrets, parse_answer, submitted_mark, tag
 
 
@@ -67,14 +67,16 @@ class Critique:
         """``wrong``: the statement numbers (1-based, as printed) you think are wrong;
         ``numbers``: your corrected values in the order a), b), ... (a list, or {0: ..., 1: ...};
         None or a missing entry = no answer). Bad input gives an invalid result (nothing is
-        submitted) whose message says what to fix."""
+        submitted) whose message says what to fix; so does an empty one (nothing flagged, no
+        number), which would otherwise reveal the answer and lock the item at 0%."""
         n = len(self.statements)
         try:
             flagged = frozenset(wrong)
         except TypeError:
             return CritiqueResult(self, False, message=f"wrong must be statement numbers 1..{n}, "
                                                        "e.g. {2, 5}")
-        bad = [w for w in flagged if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= n]
+        bad = [w for w in flagged
+               if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= n]
         if bad:
             return CritiqueResult(self, False, message=f"no statement {bad[0]!r}: they are "
                                                        f"numbered 1 to {n}")
@@ -85,6 +87,10 @@ class Critique:
                                                        "a), b), ... (None where you skip one)")
         given = {j: v for j, v in given.items()
                  if not (v is None or (isinstance(v, str) and not v.strip()))}
+        if not flagged and not given:
+            return CritiqueResult(self, False, message="nothing to submit yet: tick the "
+                                  "statement(s) you think are wrong" + (" or give a corrected "
+                                  "number" if self.fixes else "") + ", then submit")
         extra = [k for k in given if k not in range(len(self.fixes))]
         if extra:
             return CritiqueResult(self, False, message=f"{len(self.fixes)} number(s) to give, "
@@ -112,7 +118,8 @@ class CritiqueResult:
 
     @property
     def found(self) -> int:
-        return sum(1 for i, s in enumerate(self.critique.statements, 1) if s.wrong and i in self.flagged)
+        return sum(1 for i, s in enumerate(self.critique.statements, 1)
+                   if s.wrong and i in self.flagged)
 
     @property
     def false_alarms(self) -> int:
@@ -141,7 +148,8 @@ class CritiqueResult:
             verdict = "WRONG" if s.wrong else "right"
             out.append(f"  {i}. {verdict} ({you[(s.wrong, i in self.flagged)]}) - {s.why}")
         for j, (d, chk) in enumerate(zip(c.fixes, self.checks)):
-            text = chk.message if chk is not None else f"no answer given. The answer: {d.explanation}"
+            text = (chk.message if chk is not None
+                    else f"no answer given. The answer: {d.explanation}")
             out.append(f"  {chr(97 + j)}) {text}")
         out.append(f"Lesson: {c.lesson}")
         return out
@@ -150,18 +158,15 @@ class CritiqueResult:
         return "\n".join(self.lines()) if self.valid else self.message
 
 
-def all_critiques() -> tuple[Critique, ...]:
-    """Every critique item (``critique_bank``, ``critique_bank_parallel`` and
-    ``critique_bank_baselines``), in order."""
-    from lab_utils.practice import critique_bank, critique_bank_baselines, critique_bank_parallel
-    return critique_bank.ITEMS() + critique_bank_parallel.ITEMS() + critique_bank_baselines.ITEMS()
+# --- builders for the banks: a statement row, a number to correct ------------------------
+
+def fix(item: str, j: int, question: str, answer: float, unit: str, explanation: str,
+        *mistakes: tuple[float, str], tolerance: float = 0.02) -> Drill:
+    """A number the learner must correct, graded like a drill (id ``critique:<item>/<j>``)."""
+    return Drill(question, answer, unit, tolerance, explanation, kind="critique-fix",
+                 mistakes=tuple(Mistake(v, why) for v, why in mistakes),
+                 id=f"critique:{item}/{chr(97 + j)}")
 
 
-def critique(item_id: str) -> Critique:
-    """One critique by id: 'amdahl-256' or 'critique:amdahl-256'."""
-    want = item_id if item_id.startswith("critique:") else f"critique:{item_id}"
-    for c in all_critiques():
-        if c.id == want:
-            return c
-    raise ValueError(f"no critique {item_id!r}; ids: "
-                     + ", ".join(c.id.split(":", 1)[1] for c in all_critiques()))
+def S(text: str, wrong: bool, why: str) -> Statement:  # noqa: N802 (reads like a table row)
+    return Statement(text, wrong, why)

@@ -7,8 +7,7 @@ from functools import lru_cache
 from lab_utils.calc import (GB, MB, activation_bytes_per_layer, bubble, collective_time,
                             dp_bytes_per_rank, model_state_memory, peak_in_flight, time_to_train,
                             tp_layer_comm)
-from lab_utils.practice.critique_bank import S, fix
-from lab_utils.practice.critiques import Critique
+from lab_utils.practice.critiques.model import S, Critique, fix
 from lab_utils.practice.items import fmt
 
 

@@ -6,8 +6,8 @@ import random
 
 from lab_utils.calc import (DEVICES, amdahl_limit, amdahl_speedup, bubble, gustafson_speedup, mfu,
                             peak_in_flight, time_to_train)
-from lab_utils.practice.drills import Drill, Mistake, generator
-from lab_utils.practice.items import fmt
+from lab_utils.practice.drills.model import Drill, Mistake, generator
+from lab_utils.practice.items import MILLION_USD, fmt
 
 GPUS = ("A100-SXM4-80GB", "H100-SXM5-80GB")
 
@@ -149,9 +149,10 @@ def training_cost(rng: random.Random) -> Drill:
     ans = est.cost / 1e6
     return Drill(f"Cost to train a {b}B dense model on {tokens_b:,}B tokens on {n} H100s "
                  f"(dense bf16 peak {peak_tflops(dev):g} TFLOP/s) at {util:.0%} MFU, at "
-                 f"${price:g} per GPU-hour? Answer in millions of dollars.", ans, "$M", 0.03,
+                 f"{price:g} USD per GPU-hour?", ans, MILLION_USD, 0.03,
                  f"{est.flops:.3g} FLOPs / ({peak_tflops(dev):g}e12 x {util:g}) = "
-                 f"{fmt(est.gpu_hours)} GPU-hours x ${price:g} = ${fmt(ans)}M. The GPU count "
+                 f"{fmt(est.gpu_hours)} GPU-hours x {price:g} USD = {fmt(ans)} million USD. "
+                 "The GPU count "
                  "changes the days, not the GPU-hours (calc.time_to_train).",
                  params={"n_params": b * 1e9, "tokens": tokens_b * 1e9, "n": n, "price": price,
                          "device": dev, "mfu": util},

@@ -1,14 +1,13 @@
 """Critique items, part 3: single-device baselines (precision, accumulation, recomputation,
 activation size) from ../shared/sources/ (paraphrased), with the right numbers from
-``lab_utils.calc``. Parts 1 and 2 are ``critique_bank`` and ``critique_bank_parallel``."""
+``lab_utils.calc``. Parts 1 and 2 are ``bank_sizing`` and ``bank_parallel``."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 from lab_utils.calc import (activation_bytes_per_layer, float_gap, model_state_memory,
                             round_to_bits)
-from lab_utils.practice.critique_bank import S, fix
-from lab_utils.practice.critiques import Critique
+from lab_utils.practice.critiques.model import S, Critique, fix
 from lab_utils.practice.items import fmt
 
 BF16, FP16 = 7, 10                      # stored mantissa bits

@@ -1,112 +1,14 @@
-"""Quick-math drills for interviews, generated from ``lab_utils.calc`` and graded (lab 12).
-
-    deck = DrillSession(seed=0)           # one drill of every kind, random but reproducible
-    deck.show()                           # the questions (with ids), never the answers
-    print(deck.submit(0, 544))            # "submitted [drill:...] Correct: ..." or the
-                                          # explanation, naming the misconception you fell for
-    drill_widget(seed=0)                  # the same, as a widget (lab_utils.practice.widgets)
-
-Every answer is computed by the calculators the labs use (``generators``), so a drill can never
-disagree with a lab. Each drill carries ``mistakes``: the answers common misconceptions give
-(e.g. ZeRO-1 as 8N + 8N/K), so a wrong answer earns a named explanation. A drill is answered
-once: the answer is shown only in the result of that submission.
-"""
+"""Drills by id and by seed (``make_drill``, ``make_drills``, ``lookup_drill``) and the deck a
+learner answers once each (``DrillSession``, the state behind the drill widget)."""
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any
 
-from lab_utils.practice.items import (Secrets, parse_answer, submitted_mark, tag, with_unit,
-                                      within)
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """An answer a known misconception gives, and what is wrong with it."""
-
-    value: float
-    why: str
-
-
-@dataclass(frozen=True)
-class DrillResult:
-    """Verdict on one answer. ``valid`` is False when the input was not a number (then nothing
-    was submitted and ``message`` says what to type); ``mistake`` names a misconception hit."""
-
-    item_id: str
-    valid: bool
-    accepted: bool
-    value: Any
-    message: str
-    mistake: str = ""
-
-    def __bool__(self) -> bool:
-        return self.accepted
-
-    def __str__(self) -> str:
-        return f"{submitted_mark(self.item_id)} {self.message}" if self.valid else self.message
-
-
-@dataclass(frozen=True)
-class Drill:
-    """One question with its computed answer. ``tolerance`` is RELATIVE (0.02 = 2%)."""
-
-    question: str
-    answer: float
-    unit: str
-    tolerance: float
-    explanation: str
-    kind: str = ""
-    params: dict = field(default_factory=dict)
-    mistakes: tuple[Mistake, ...] = ()
-    id: str = ""
-
-    @property
-    def prompt(self) -> str:
-        return f"{tag(self.id)} {self.question} (answer in {self.unit})"
-
-    @property
-    def mistake(self) -> float | None:  # the first misconception (kept for old callers)
-        return self.mistakes[0].value if self.mistakes else None
-
-    @property
-    def mistake_why(self) -> str:
-        return self.mistakes[0].why if self.mistakes else ""
-
-    def secrets(self) -> Secrets:
-        return Secrets((self.answer,), (self.explanation,) + tuple(m.why for m in self.mistakes),
-                       (self.unit,))
-
-    def check(self, value: Any) -> DrillResult:
-        """Accept ``value`` within ``tolerance`` of the answer, else explain (naming the
-        misconception when the value is one). Never raises: a non-number gives an invalid
-        result whose message says what to type."""
-        try:
-            x = parse_answer(value, self.unit)
-        except ValueError as exc:
-            return DrillResult(self.id, False, False, value, str(exc))
-        if within(x, self.answer, self.tolerance):
-            return DrillResult(self.id, True, True, value,
-                               f"Correct: {with_unit(self.answer, self.unit)}. {self.explanation}")
-        hit = next((m for m in self.mistakes if within(x, m.value, self.tolerance)), None)
-        named = f" That is a classic mistake: {hit.why}" if hit else ""
-        return DrillResult(self.id, True, False, value,
-                           f"Not quite: you said {with_unit(x, self.unit)}; the answer is "
-                           f"{with_unit(self.answer, self.unit)}.{named} {self.explanation}",
-                           hit.why if hit else "")
-
-
-GENERATORS: dict[str, Callable[[random.Random], Drill]] = {}
-
-
-def generator(kind: str) -> Callable[[Callable[[random.Random], Drill]], Callable]:
-    """Register a drill generator (rng -> Drill) under ``kind`` (see ``generators``)."""
-    def register(fn: Callable[[random.Random], Drill]) -> Callable[[random.Random], Drill]:
-        GENERATORS[kind] = fn
-        return fn
-    return register
+from lab_utils.practice.drills.model import GENERATORS, Drill, DrillResult
+from lab_utils.practice.items import with_unit, within
 
 
 def make_drill(kind: str, sub_seed: str) -> Drill:
@@ -152,8 +54,9 @@ def make_drills(seed: int = 0, n: int | None = None, kinds: list[str] | None = N
 
 
 def _load_generators() -> None:
-    if not GENERATORS:
-        from lab_utils.practice import generators, generators_perf  # noqa: F401 (registers)
+    if not GENERATORS:  # importing the generator modules registers them (memory first)
+        import lab_utils.practice.drills.memory  # noqa: F401
+        import lab_utils.practice.drills.performance  # noqa: F401
 
 
 class DrillSession:
@@ -235,9 +138,3 @@ class DrillSession:
             out[i] = (d.answer if pick == 0 or (pick == 1 and not d.mistakes)
                       else d.mistakes[0].value if pick == 1 else d.answer * 3)
         return out
-
-
-def drill_widget(seed: int = 0, kinds: list[str] | None = None) -> Any:
-    """The drills as a widget (``lab_utils.practice.widgets.DrillWidget``)."""
-    from lab_utils.practice.widgets import DrillWidget
-    return DrillWidget(DrillSession(seed, kinds))
