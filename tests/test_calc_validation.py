@@ -66,6 +66,13 @@ VALID: dict[str, dict] = {
     "logits_bytes": dict(seq_len=2048, micro_batch=1, vocab_size=32000, tp=2, bytes_per_value=4),
     "checkpoint_segments": dict(n_layers=16, n_segments=4, input_bytes=1.0, layer_bytes=3.0),
     "optimal_segments": dict(n_layers=16, input_bytes=1.0, layer_bytes=3.0),
+    "cp_bytes_per_rank": dict(variant="ulysses", batch=1, heads=32, seq_len=131072,
+                              head_dim=128, n=8, bytes_per_elem=2),
+    "cp_saved_bytes": dict(variant="allgather_kv", batch=1, heads=8, seq_len=131072,
+                           head_dim=128, n=16, rank=3, causal=True, zigzag=True,
+                           bytes_per_elem=2),
+    "cp_causal_pairs": dict(variant="ring", heads=32, seq_len=131072, n=16, rank=15,
+                            zigzag=False),
     "ring_bytes_per_rank": dict(op="all_reduce", n=8, size_bytes=1e6),
     "hierarchical_time": dict(op="all_reduce", per_node=8, nodes=4, size_bytes=1e9,
                               intra_alpha_s=1e-6, intra_bw=450e9, inter_alpha_s=1e-5,
@@ -210,7 +217,7 @@ METHODS: dict[str, tuple] = {
                              dict(count_embedding=False)),
 }
 # Classes that only carry results computed by calc (published records are inputs: fuzzed).
-RESULTS = {"BatchTradeoff", "ComputeOptimal", "ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan",
+RESULTS = {"BatchTradeoff", "ComputeOptimal", "ParamCount", "ModelStateMemory", "ActivationMemory", "CheckpointPlan", "CPBytes",
            "TPLayerComm", "AlphaBetaFit", "Bubble", "PipelineFacts", "Schedule",
            "TimelineBubble", "SerialFit", "Utilization", "TrainingTime", "Plan", "LayoutMemory",
            "DeepSeekV3Params", "MoEParamCount", "MoEMemory", "AllToAllVolume", "MoEPlan",

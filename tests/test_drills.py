@@ -6,6 +6,7 @@ import pytest
 
 from lab_utils.calc import (DEVICES, GB, MB, MOE_PRESETS, activation_bytes_per_layer,
                             all_to_all_bytes_per_layer, amdahl_speedup, bubble, collective_time,
+                            cp_bytes_per_rank,
                             max_params_that_fit, mfu, model_state_memory, moe_memory_per_rank,
                             peak_in_flight, ring_bytes_per_rank, time_to_train, tp_layer_comm)
 from lab_utils.practice.drills import (Drill, DrillSession, Mistake, kinds, lookup_drill,
@@ -16,7 +17,7 @@ SEEDS = range(40)
 REQUIRED = {"tp_bytes", "activations_tp", "mfu", "bubble", "pp_memory", "checkpoint_size",
             "allreduce_time", "training_days", "training_cost", "moe_memory", "moe_all_to_all",
             "long_context", "fp8_speedup", "model_state", "zero_memory", "ring_bytes", "amdahl",
-            "max_model"}
+            "max_model", "cp_bytes"}
 
 
 def _expected(d: Drill) -> float:
@@ -41,6 +42,9 @@ def _expected(d: Drill) -> float:
         return activation_bytes_per_layer(p["s"], 1, p["h"], p["a"], p["t"], p["sp"], "selective") / MB
     if k == "long_context":
         return activation_bytes_per_layer(p["s"] // p["cp"], 1, p["h"], p["a"], flash_attention=True) / GB
+    if k == "cp_bytes":
+        f = cp_bytes_per_rank(p["variant"], 1, p["a"], p["s"], p["h"] // p["a"], p["n"], 2)
+        return (f.forward + f.backward) / GB
     if k == "moe_memory":
         return moe_memory_per_rank(MOE_PRESETS["mixtral-8x7b"], p["ep"]).total / GB
     if k == "moe_all_to_all":

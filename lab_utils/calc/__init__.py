@@ -17,6 +17,7 @@ gives the formula, its source and the lab.
     checkpointing checkpoint_segments, optimal_segments (sqrt n)      (lab 02)
     fp8           float formats from bit counts, FP8 per-tensor scaling (lab 02)
     comm          ring_bytes_per_rank, collective_time, busbw         (labs 03-08)
+    context_parallel  CP variants: bytes, saved memory, causal work   (lab 08)
     pipeline      bubble, peak_in_flight, pipeline_facts (6 schedules) (lab 07)
     pipeline_sim  schedule (ideal timelines), Event                   (lab 07)
     timeline      bubble_from_timeline (measured or simulated)        (labs 07, 10)
@@ -47,6 +48,8 @@ from lab_utils.calc.comm import (AlphaBetaFit, TPLayerComm, alg_bandwidth, bus_b
                                  busbw_factor, collective_time, dp_bytes_per_rank,
                                  fit_alpha_beta, group_collective_time, hierarchical_time,
                                  pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
+from lab_utils.calc.context_parallel import (CP_VARIANTS, CPBytes, cp_bytes_per_rank,
+                                             cp_causal_pairs, cp_saved_bytes)
 from lab_utils.calc.roofline import critical_intensity, fsdp_intensity, tp_intensity
 from lab_utils.calc.compute_optimal import ComputeOptimal, compute_optimal
 from lab_utils.calc.deepseek import (DEEPSEEK_V3, DEEPSEEK_V3_RECIPE, DeepSeekBudget,
@@ -89,6 +92,7 @@ __all__ = [
     "activation_bytes_per_layer", "activation_memory", "ActivationMemory",
     "embedding_activation_bytes", "in_flight_microbatches", "logits_bytes",
     "checkpoint_segments", "optimal_segments", "CheckpointPlan",
+    "CP_VARIANTS", "CPBytes", "cp_bytes_per_rank", "cp_saved_bytes", "cp_causal_pairs",
     "FloatFormat", "FORMATS", "float_format", "format_max", "current_scale", "delayed_scale",
     "bytes_per_element",
     "ring_bytes_per_rank", "collective_time", "hierarchical_time", "group_collective_time",

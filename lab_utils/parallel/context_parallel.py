@@ -24,7 +24,8 @@ Communication per rank per layer (blk = B*H*Tc*hd*bytes, the size of ONE of K or
 Each transfer can hide behind one block's attention compute, which is what makes the ring work.
 (Lab 08 checks it against full attention: ``lab_utils.experiments.lab08.ring.check_ring``.)
 (Contiguous chunks leave the causal work unbalanced: rank N-1 attends to N blocks, rank 0 to
-one. Production code gives each rank two mirrored chunks, "zig-zag", to even it out.)
+one. Production code gives each rank two mirrored chunks, "zig-zag", to even it out:
+context_variants.py, beside Ulysses and all-gather-KV.)
 """
 from __future__ import annotations
 

@@ -5,9 +5,11 @@
     plans.py     the planning side, pure calculation: tables over calc's planner, bytes per axis,
                  the TP <-> PP sweep, the recipe ladder, published layouts, source claims
     ring.py      context parallelism: ring attention against full attention on real ranks
+    cp.py        the context-parallel variants side by side (ring, Ulysses, all-gather-KV,
+                 zig-zag): outputs, gradients, bytes and saved memory per rank
 
 The names of training.py are importable from here (``lab08.train_3d``); plans.py and ring.py are
-modules of their own (``from lab_utils.experiments.lab08 import plans, ring``).
+modules of their own (``from lab_utils.experiments.lab08 import cp, plans, ring``).
 """
 from lab_utils.experiments.lab08.training import (AXES, CFG, LR, AxisComm, Run2D, Run3D,
                                                   TraceStep, by_axis, experiments_2d,

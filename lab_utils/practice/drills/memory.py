@@ -6,8 +6,9 @@ from __future__ import annotations
 import random
 
 from lab_utils.calc import (GB, LINKS, MB, MOE_PRESETS, activation_bytes_per_layer,
-                            all_to_all_bytes_per_layer, collective_time, max_params_that_fit,
-                            model_state_memory, moe_memory_per_rank, moe_param_count,
+                            all_to_all_bytes_per_layer, collective_time, cp_bytes_per_rank,
+                            max_params_that_fit, model_state_memory, moe_memory_per_rank,
+                            moe_param_count,
                             ring_bytes_per_rank, tp_layer_comm)
 from lab_utils.practice.drills.model import Drill, Mistake, generator
 from lab_utils.practice.items import fmt
@@ -175,6 +176,41 @@ def long_context(rng: random.Random) -> Drill:
                  f"34 x (s/cp) x b x h bytes = 34 x {s // cp:,} x {h} = {fmt(ans)} GB ("
                  f"{KORTHIKANTI}, without the score term that FlashAttention removes; Dao et "
                  "al. 2022).", params={"s": s, "h": h, "a": a, "cp": cp}, mistakes=tuple(slips))
+
+
+CP_HOW = {"ring": "ring attention (K/V blocks passed around the ring)",
+          "ulysses": "DeepSpeed-Ulysses (all-to-all from sequence to head shards and back)",
+          "allgather_kv": "Llama 3's all-gather of K and V"}
+
+
+@generator("cp_bytes")
+def cp_bytes(rng: random.Random) -> Drill:
+    (h, a), s, n = rng.choice(DIMS), rng.choice((32768, 131072)), rng.choice((2, 4, 8))
+    variant = rng.choice(tuple(CP_HOW))
+    f = cp_bytes_per_rank(variant, 1, a, s, h // a, n, 2)
+    ans, blk = (f.forward + f.backward) / GB, s // n * h * 2 / GB  # blk: one rank's K (or V)
+    how = {"ring": f"2(N-1) + 2(2N-1) = {2 * (n - 1) + 2 * (2 * n - 1)} blk: (N-1) hops of (K, "
+                   "V) forward, (N-1) again in backward plus N hops of (dK, dV)",
+           "ulysses": f"8 (N-1)/N = {8 * (n - 1) / n:g} blk: all-to-alls of q, k, v, out "
+                      "forward and of their gradients backward, 1/N of each staying home",
+           "allgather_kv": f"2(N-1) + 2(N-1) = {4 * (n - 1)} blk: all-gather (K, V) forward, "
+                           "reduce-scatter (dK, dV) backward"}[variant]
+    slips = {"ring": [Mistake(f.forward / GB, "backward sends the K/V blocks around again and "
+                                              "their gradient accumulators (dK, dV) too.")],
+             "ulysses": [Mistake(8 * blk, "an all-to-all keeps 1/N of its buffer at home: "
+                                          "(N-1)/N of each leaves the rank."),
+                         Mistake(2 * (3 * n - 2) * blk, "Ulysses does not pass K/V around a "
+                                                        "ring; that is ring attention's count.")
+                         ][:2 if n > 2 else 1],  # N = 2: both slips give 8 blk
+             "allgather_kv": [Mistake(f.forward / GB, "backward reduce-scatters dK and dV: the "
+                                                      "same bytes again.")]}[variant]
+    return Drill(f"Context parallelism with {CP_HOW[variant]} over N = {n} GPUs: one {s:,}-token"
+                 f" sequence, hidden {h}, {a} heads (no GQA), bf16. Bytes ONE rank sends per "
+                 "attention layer, forward + backward (ring formula of each collective)?", ans,
+                 "GB", 0.02, f"blk = (s/N) x h x 2 B = {fmt(blk)} GB (one rank's K or V); "
+                 f"{how} -> {fmt(ans)} GB (calc.cp_bytes_per_rank; lab 08 measures it).",
+                 params={"variant": variant, "s": s, "h": h, "a": a, "n": n},
+                 mistakes=tuple(slips))
 
 
 @generator("moe_memory")
