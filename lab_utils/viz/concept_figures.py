@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 from lab_utils.calc import GB, model_state_memory
 from lab_utils.calc._check import boolean, number, pos_int, pos_num, sequence, text, whole
 from lab_utils.viz.gantt import KIND_COLORS
-from lab_utils.viz.parallel_diagrams import _box
+from lab_utils.viz.parallel_diagrams import draw_box
 from lab_utils.viz.style import FIGURE_WIDTH
 
 BUCKETS = (("weights", "#4C78A8"), ("gradients", "#F58518"), ("optimizer state", "#54A24B"))
@@ -180,7 +180,7 @@ def fsdp_lifecycle_figure(units: Sequence[str] = ("block 0", "block 1", "block 2
         label, color = _ACTIONS[action]
         row = units.index(u)
         x0 = 14 + i * step_w * 0.85
-        _box(fig, x0, x0 + step_w * 0.8, -row * 5 - 2, -row * 5 + 2, color,
+        draw_box(fig, x0, x0 + step_w * 0.8, -row * 5 - 2, -row * 5 + 2, color,
              f"<span style='color:white'>{label}</span>" if action != "free" else label, size=9)
         held = held | {u} if action == "all-gather" else held - {u} if action == "free" else held
         fig.add_annotation(x=x0 + step_w * 0.4, y=-len(units) * 5 - 1, text=str(len(held)),
@@ -274,7 +274,7 @@ def moe_dispatch_figure(routing: Any = DEFAULT_ROUTING, gates: Any = DEFAULT_GAT
             for i, (src, t, e, g) in enumerate(cols[c][r]):
                 label = (f"t{t} → E{e}" if c < 2 else f"r{src} t{t} → E{e}" if c == 2 else
                          f"E{e}(r{src} t{t})" if c == 3 else f"E{e}(t{t})")
-                _box(fig, xs[c] - box_w[c] / 2, xs[c] + box_w[c] / 2, y_of(c, r, i) - 0.5,
+                draw_box(fig, xs[c] - box_w[c] / 2, xs[c] + box_w[c] / 2, y_of(c, r, i) - 0.5,
                      y_of(c, r, i) + 0.5, EXPERT_COLORS[e], label, size=9)
                 if c < 4:
                     nxt = cols[c + 1]
@@ -375,7 +375,7 @@ def mesh_hierarchy_figure(sizes: dict | None = None,
                            xanchor="right", showarrow=False, font=dict(size=10))
     for r in range(world):
         x, y = centre(r)
-        _box(fig, x - cell * 0.44, x + cell * 0.44, y - 2.8, y + 2.8, "white",
+        draw_box(fig, x - cell * 0.44, x + cell * 0.44, y - 2.8, y + 2.8, "white",
              f"<b>rank {r}</b><br>{coords(r)}", size=9)
     for lane, row in enumerate(links):
         color, members = LINK_COLORS.get(row["axis"], "#333333"), row["group0"]

@@ -34,7 +34,7 @@ _OPS = {  # operator -> (name, forward, backward), without and with sequence par
 }
 
 
-def _box(fig: go.Figure, x0: float, x1: float, y0: float, y1: float, color: str, text: str,
+def draw_box(fig: go.Figure, x0: float, x1: float, y0: float, y1: float, color: str, text: str,
          circle: bool = False, size: int = 11) -> None:
     fig.add_shape(type="circle" if circle else "rect", x0=x0, x1=x1, y0=y0, y1=y1,
                   fillcolor=color, line=dict(color="#555555", width=1))
@@ -51,7 +51,7 @@ def _sub_block(fig: go.Figure, items: tuple, y: float, sp: bool) -> None:
         w = widths[kind]
         if kind == "op":
             name, fwd, bwd = _OPS[sp, label]
-            _box(fig, x, x + w, y - 3.2, y + 3.2, OPERATOR, f"<b>{label if not sp else label + '̄'}</b>",
+            draw_box(fig, x, x + w, y - 3.2, y + 3.2, OPERATOR, f"<b>{label if not sp else label + '̄'}</b>",
                  circle=True, size=12)
             fig.add_annotation(x=x + w / 2, y=y - 6.6, showarrow=False, font=dict(size=9),
                                text=f"fwd: {fwd}<br>bwd: {bwd}")
@@ -61,7 +61,7 @@ def _sub_block(fig: go.Figure, items: tuple, y: float, sp: bool) -> None:
                 tp_end = x - gap / 2
         else:
             color = (SEQUENCE if sp else REPLICATED) if kind == "rep" else SHARDED
-            _box(fig, x, x + w, y - 3.5, y + 3.5, color, label)
+            draw_box(fig, x, x + w, y - 3.5, y + 3.5, color, label)
         if (label, kind) != items[-1]:
             fig.add_annotation(x=x + w + gap, y=y, ax=x + w, ay=y, xref="x", yref="y",
                                axref="x", ayref="y", showarrow=True, arrowhead=2, arrowsize=0.8,
@@ -127,7 +127,7 @@ def mesh_figure(topo: Any, gpus_per_node: int | None = None, width: int = FIGURE
                           line_width=0, fillcolor=node_colors[(r // gpus_per_node) % 2],
                           layer="below")
         c = topo.coords(r)
-        _box(fig, x0 + 0.5, x1 - 0.5, y0 + 0.5, y1 - 0.5, "white",
+        draw_box(fig, x0 + 0.5, x1 - 0.5, y0 + 0.5, y1 - 0.5, "white",
              f"<b>rank {r}</b>  pp{c['pp']} dp{c['dp']} tp{c['tp']}", size=10)
     for group in topo.all_groups("tp"):
         x0, x1, _, y1 = box_of(group[0])
