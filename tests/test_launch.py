@@ -164,6 +164,7 @@ def test_a_stuck_rank_ends_at_the_timeout_and_is_named():
     assert info.value.unfinished == [0]
     assert str(info.value).startswith("rank 0 did not finish")
     assert "Finished: rank 1" in str(info.value)
+    assert "rank 1 returned while rank 0 was still inside recv" in str(info.value)
     assert elapsed < 20 + 6
     assert no_workers_left()
 
@@ -287,3 +288,28 @@ def test_on_ranks_reraises_a_rank_assertion_with_its_message(on_ranks):
     with pytest.raises(AssertionError, match=r"on rank 1: rank 1 holds 42, expected 0") as info:
         on_ranks(_asserts_on_rank1, 2, timeout_s=60)
     assert "_asserts_on_rank1" in str(info.value)  # the rank's own traceback comes along
+
+
+def one_step_fewer_on_rank_1(ctx):
+    """Rank 1 runs one step fewer and goes on to the next collective (a 1-element count) while
+    rank 0 is still in its step's all-reduce: gloo aborts rank 1 when rank 0's 64 floats arrive."""
+    grad = torch.ones(64)
+    for _ in range(3 - (ctx.rank == 1)):
+        dist.all_reduce(grad, group=ctx.group)  # the step's gradient all-reduce
+    dist.all_reduce(torch.ones(1), group=ctx.group)  # the next collective: the count
+    return ctx.rank
+
+
+@pytest.mark.parametrize("cold", [False, True], ids=["pooled", "cold"])
+def test_ranks_in_different_collectives_are_a_hang_not_a_death(cold):
+    """gloo ends this deadlock itself, aborting the rank whose buffer the data did not fit: no
+    traceback, the process gone. That is a hang with both ranks' lines, not a segfault."""
+    with pytest.raises(RankTimeout) as info:
+        run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60, cold=cold)
+    message = str(info.value)
+    assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT collectives")
+    assert "died" not in message and "segfault" not in message.replace("no segfault", "")
+    assert "rank 0 was in all_reduce, at one_step_fewer_on_rank_1" in message
+    assert "dist.all_reduce(grad, group=ctx.group)" in message
+    assert "rank 1 was in all_reduce" in message and "dist.all_reduce(torch.ones(1)" in message
+    assert no_workers_left()

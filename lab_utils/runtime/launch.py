@@ -38,7 +38,7 @@ import cloudpickle
 
 from lab_utils.runtime.process import Agent, make_run_dir, start_agent
 from lab_utils.runtime.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
-                                        fmt_ranks, read_peers, read_records, read_stacks,
+                                        fmt_ranks, read_fatal, read_notes, read_records, read_stacks,
                                         request_stacks)
 
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
@@ -212,7 +212,7 @@ def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> Ru
         record["_seen"] = os.path.getmtime(os.path.join(run_dir, f"rank{rank}.err"))
     if len(ok) < world_size:  # errors after a delivered result (clean-up) do not fail the run
         exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead,
-                      read_peers(run_dir, world_size))
+                      read_notes(run_dir, world_size, "peer"), read_fatal(run_dir, world_size))
         exc.elapsed_s = out.elapsed_s  # from the start of the ranks' work to the failure
         raise exc
     results = RunResults(ok[r] for r in range(world_size))

@@ -178,7 +178,10 @@ def rank_setup(run_dir: str, rank: int, world_size: int, timeout_s: float) -> No
 
 def dump_stacks_to(folder: str, rank: int) -> None:
     """On a hang, the launcher sends SIGUSR1 before killing: the rank's Python stack lands in
-    ``rank<k>.stack``, so the message can show the line where the rank was waiting."""
+    ``rank<k>.stack``, so the message can show the line where the rank was waiting. A fatal
+    signal (gloo's abort on a collective mismatch, a segfault) leaves ``rank<k>.fatal``: the
+    rank is named with what killed it and where, not as a rank that vanished."""
     stack_file = open(os.path.join(folder, f"rank{rank}.stack"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+    faulthandler.enable(file=open(os.path.join(folder, f"rank{rank}.fatal"), "w"), all_threads=True)
     peer_note.note_to(folder, rank)  # and the peer of a blocking send/recv it is inside
