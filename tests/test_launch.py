@@ -12,9 +12,10 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
-from lab_utils.runtime import pool as pools
-from lab_utils.runtime.launch import oversubscription_note, wait_for_ranks
-from lab_utils.runtime.pool import current as current_pool
+from lab_utils.runtime.engine import pool as pools
+from lab_utils.runtime.engine.jobs import wait_for_ranks
+from lab_utils.runtime.engine.pool import current as current_pool
+from lab_utils.runtime.launch import oversubscription_note
 
 OWNER = "LAB_UTILS_TEST_OWNER"
 os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
@@ -212,7 +213,7 @@ def test_cold_launches_all_exit_cleanly(monkeypatch):
     clean-up after 5 s (the learner's results are complete by then), which on a loaded 2-core
     machine a clean 4-rank teardown can exceed (seen once with load ~12). Here it waits up to
     60 s, so an unclean exit means a rank died before writing its .done mark."""
-    monkeypatch.setattr("lab_utils.runtime.launch.TEARDOWN_GRACE_S", 60.0)
+    monkeypatch.setattr("lab_utils.runtime.engine.jobs.TEARDOWN_GRACE_S", 60.0)
     unclean = []
     for i in range(LAUNCH_RUNS):
         results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True, cold=True)

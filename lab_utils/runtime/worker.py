@@ -7,7 +7,7 @@ Three ways in:
   ``(fn, args, kwargs, options)`` pickled with cloudpickle, so ``fn`` may be defined
   in a notebook cell. The return value (or the traceback) is written to
   ``out_dir/rank<k>.ok`` (or ``.err``) for the launcher to collect.
-* A warm pool (``lab_utils.runtime.pool``): ``<run_dir> --pool <socket>``. The rank sets up
+* A warm pool (``lab_utils.runtime.engine.pool``): ``<run_dir> --pool <socket>``. The rank sets up
   its process group ONCE, connects to the launcher's socket and serves jobs until told to stop
   (or until the launcher is gone): each job's result goes to ``<job_dir>/rank<k>.ok``, then the
   rank joins a barrier, undoes the job's side effects (``isolation.restore``), writes ``.done``
@@ -33,7 +33,7 @@ _root = os.environ.get("LAB_UTILS_ROOT")
 if _root and _root not in sys.path:
     sys.path.insert(0, _root)
 
-from lab_utils.runtime.rank import (Marks, exit_now, install_prefix_streams,  # noqa: E402
+from lab_utils.runtime.engine.rank import (Marks, exit_now, install_prefix_streams,  # noqa: E402
                                     rank_setup, report_result, run_rank, write_record)
 
 
@@ -56,7 +56,7 @@ def _launcher_main(payload_path: str, out_dir: str) -> int:
 
 
 def _pool_main(run_dir: str, socket_path: str) -> int:
-    from lab_utils.runtime.serve import serve
+    from lab_utils.runtime.engine.serve import serve
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     rank_setup(run_dir, rank, world_size, 120.0)

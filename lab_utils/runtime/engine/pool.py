@@ -32,12 +32,14 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Listener
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
-from lab_utils.runtime.launch import RunResults, collect, cpu_cores, drain, wait_for_ranks
-from lab_utils.runtime.process import make_run_dir, start_agent
+from lab_utils.runtime.engine.jobs import collect, drain, wait_for_ranks
+from lab_utils.runtime.engine.paths import cpu_cores, make_run_dir
+from lab_utils.runtime.engine.process import start_agent
+from lab_utils.runtime.results import RunResults
 
 START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with margin
 # Imported once in the agent before the ranks are forked: optimizers, DDP and the ledger import
@@ -170,12 +172,6 @@ class RankPool:
         results.pooled = True
         return results
 
-    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> RunResults:
-        """``lab_utils.run(fn, world_size, ...)`` on this pool's world size and backend."""
-        from lab_utils.runtime.launch import run
-
-        return run(fn, self.world_size, *args, backend=self.backend, **kwargs)
-
     def execute(self, code: str, timeout_s: float = 120.0, quiet: bool = False) -> RunResults:
         """Run source code on every rank in its persistent session namespace (``%%ranks``)."""
         with _POOL_LOCK:
@@ -270,16 +266,6 @@ def _take_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> Rank
         return None
     spare.wait_ready()
     return spare
-
-
-def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = (),
-          wait: bool = True) -> RankPool:
-    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it.
-    wait=False returns at once: the ranks come up in the background while the notebook goes
-    on, and the first run() on them waits for whatever is left of the start."""
-    from lab_utils.runtime.launch import resolve_backend
-
-    return pool_for(world_size, resolve_backend(backend, world_size), tuple(preload), wait)
 
 
 def current() -> RankPool | None:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import cloudpickle
 
-from lab_utils.runtime import isolation, lifeline, peer_note
+from lab_utils.runtime.engine import isolation, lifeline, peer_note
 from lab_utils.runtime.context import distributed
 
 PREFIX_FMT = "[rank {rank}] "

@@ -23,12 +23,12 @@ from typing import Any
 import cloudpickle
 import torch.distributed as dist
 
-from lab_utils.runtime import isolation
+from lab_utils.runtime.engine import isolation
 from lab_utils.runtime.context import distributed
-from lab_utils.runtime.rank import (dump_stacks_to, error_record, exit_now, report_result,
+from lab_utils.runtime.engine.rank import (dump_stacks_to, error_record, exit_now, report_result,
                                     write_record)
 
-END_MARK = "\x1elab_utils:end"  # the same as launch.END_MARK (not imported: launch is the caller's)
+END_MARK = "\x1elab_utils:end"  # the same as jobs.END_MARK (not imported: jobs is the launcher's side)
 # The pool's process group is made once, with a long timeout: gloo's point-to-point ops keep
 # the timeout the group was created with (collectives follow each job's, see isolation.py),
 # and a rank that FINISHED a job must outwait a stuck peer in the barrier after it, so the

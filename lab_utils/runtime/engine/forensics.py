@@ -1,6 +1,6 @@
-"""What went wrong on the ranks, in one readable exception (lab 00).
+"""Failure forensics: what went wrong on the ranks, in one readable exception (lab 00).
 
-The launcher (launch.py) collects what each rank left in the run's folder - rank<k>.ok (a
+The wait loop (jobs.py) collects what each rank left in the run's folder - rank<k>.ok (a
 result), .err (a traceback), .term (stopped by torchrun), .stack (a Python stack dumped on
 request at the deadline), forked<k> (its pid) - and this module turns them into RankFailure or
 RankTimeout, naming the rank that CAUSED the failure rather than the ranks that suffered it.
@@ -15,6 +15,8 @@ from typing import Any
 
 import cloudpickle
 
+from lab_utils.runtime.results import RankFailure, RankTimeout
+
 _TIMEOUT_MARKERS = ("timed out", "timeout")  # matched case-insensitively (gloo: "Timed out waiting")
 # What a rank raises when a PEER left (crashed, timed out and exited, was killed): a symptom.
 _SYMPTOM_MARKERS = ("connection closed by peer", "connection reset by peer", "broken pipe")
@@ -22,21 +24,6 @@ _SYMPTOM_MARKERS = ("connection closed by peer", "connection reset by peer", "br
 
 def _is_symptom(record: dict) -> bool:
     return any(m in record["message"].lower() for m in _SYMPTOM_MARKERS)
-
-
-class RankFailure(RuntimeError):
-    """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
-        super().__init__(message)
-        self.tracebacks = tracebacks
-        self.log = log
-        self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
-        self.elapsed_s = 0.0  # set by the launcher: from the start of the ranks' work to the failure
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted(self.tracebacks)
 
 
 def _process_gone(pid: int) -> bool:
@@ -74,14 +61,6 @@ def dead_ranks(out_dir: str, world_size: int) -> list[int]:
     return dead
 
 
-class RankTimeout(RankFailure):
-    """Some ranks did not finish in time (typically stuck in a collective)."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]):
-        super().__init__(message, tracebacks, log)
-        self.unfinished = unfinished
-
-
 def request_stacks(out_dir: str, world_size: int) -> None:
     """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see worker.py)."""
     asked = False
@@ -101,8 +80,8 @@ def request_stacks(out_dir: str, world_size: int) -> None:
 
 def _is_launcher_frame(line: str) -> bool:
     """The first frame below the learner's code: the rank's run_rank (cold) or run_job (pool)."""
-    return (("runtime/rank.py" in line and "run_rank" in line)
-            or ("runtime/serve.py" in line and "run_job" in line))
+    return (("runtime/engine/rank.py" in line and "run_rank" in line)
+            or ("runtime/engine/serve.py" in line and "run_job" in line))
 
 
 def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
