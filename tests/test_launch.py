@@ -263,7 +263,7 @@ def test_a_dead_rank_is_named_when_the_output_ends_before_the_agent_is_seen_to_e
     lines: queue.Queue = queue.Queue()
     lines.put(None)  # the agent's output has ended...
     agent = types.SimpleNamespace(lines=lines, running=lambda: True)  # ...its exit is not yet announced
-    out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, False, time.perf_counter())
+    out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, time.perf_counter())
     assert out.dead == [1]
 
 

@@ -16,8 +16,8 @@ The engine (``engine/``), what makes it fast and safe; nothing outside runtime/ 
     peer_note.py who a stuck send/recv waited for          paths.py     folders, entry programs, cores
     forensics.py which rank caused a failure, and where
 
-Budget: the public floor at most 600 lines (508 at the split), the engine at most 1,900 (1,887);
-an engine module holds one mechanism. Imports go one way: public -> engine -> results / context,
-no cycle inside runtime/ (tests/test_runtime_layers.py). Folding the cold launch into a one-job
-pool (one rank program, one wait loop) is the next cut; it should take the engine under 1,700.
+Budget: the public floor at most 500 lines (465 now), the engine at most 1,900 (1,897); an engine
+module holds one mechanism. Imports go one way: public -> engine -> results / context, no cycle
+inside runtime/ (tests/test_runtime_layers.py). A cold run is a pool that serves one job and ends:
+one rank program, one wait loop (jobs.py), one collect, pooled or not.
 """

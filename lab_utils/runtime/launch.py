@@ -7,37 +7,35 @@ How it works: ``fn`` and its arguments are pickled with cloudpickle (so a functi
 a notebook cell travels by value), then ``torchrun`` - the same launcher used on clusters -
 starts the ranks, forked from torchrun's agent (``--run-path --start-method fork``), which has
 already imported torch, so N ranks start about as fast as one ``import torch``; and the agent is
-itself forked from the launcher's zygote (``zygote.py``), so usually not even that. Each rank runs
-``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
+itself forked from the launcher's zygote (``engine/zygote.py``), so usually not even that. Each
+rank runs ``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
 
-Warm ranks (``pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts a
-pool of ranks; later calls with the same world size, backend and distributed environment
+Warm ranks (``engine/pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts
+a pool of ranks; later calls with the same world size, backend and distributed environment
 variables reuse it (milliseconds instead of seconds). ``run(..., cold=True)`` or
-``LAB_UTILS_POOL=0`` forces a fresh torchrun launch. Either way a run starts from the same
-state: a usable process group, torch / random / NumPy seeded with ``RUN_SEED`` on every rank.
+``LAB_UTILS_POOL=0`` forces a fresh torchrun launch: a pool that serves this one job and ends.
+Either way a run starts from the same state: a usable process group, torch / random / NumPy
+seeded with ``RUN_SEED`` on every rank.
 
-Failure handling, the same pooled or not:
+Failure handling, the same pooled or not (one protocol: ``engine/jobs.py``):
   * a rank raises -> the others are stopped, and one RankFailure names the rank and shows its
     original traceback (a pool is torn down, and rebuilt by the next call);
   * a rank is stuck in a collective -> it raises the process group's timeout (set short), or
     the deadline ends the run; RankTimeout names the ranks and shows where they waited;
   * a rank dies silently (os._exit, a signal, the OOM killer) -> it is named, not its victims;
   * Ctrl-C / "interrupt kernel" -> every rank is killed (they share one process group); and
-    when the launching process dies, however it dies, every rank dies too (``lifeline.py``).
+    when the launching process dies, however it dies, every rank dies too (``engine/lifeline.py``).
 """
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from typing import Any, Callable
 
 import cloudpickle
 
 from lab_utils.runtime.engine import pool
-from lab_utils.runtime.engine.jobs import TEARDOWN_GRACE_S, collect, drain, wait_for_ranks
-from lab_utils.runtime.engine.paths import cpu_cores, make_run_dir
-from lab_utils.runtime.engine.process import start_agent
+from lab_utils.runtime.engine.jobs import TEARDOWN_GRACE_S
+from lab_utils.runtime.engine.paths import cpu_cores
 from lab_utils.runtime.results import RankFailure, RankTimeout, RunResults  # noqa: F401
 
 
@@ -128,35 +126,13 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     if not cold and pool_enabled():
         results = pool.submit_call(world_size, backend, preload, payload, options, timeout_s, quiet)
     if results is None:  # cold by request, or the pool is busy with another thread's run
-        results = _run_cold(payload, world_size, options["threads"], preload, timeout_s, quiet)
+        results = pool.run_cold(world_size, backend, preload, payload, options, timeout_s, quiet)
     results.backend = backend
     results.oversubscribed = note is not None
     if not results.clean_exit and not quiet:
         print(f"[lab_utils] warning: {world_size - results.cleaned} rank(s) did not finish "
               f"cleaning up within {TEARDOWN_GRACE_S:g} s and were stopped (results are complete)",
               flush=True)
-    return results
-
-
-def _run_cold(payload: bytes, world_size: int, threads: int, preload: tuple[str, ...],
-              timeout_s: float, quiet: bool) -> RunResults:
-    """One torchrun launch for this run alone: start, wait, stop, collect."""
-    run_dir = make_run_dir()
-    try:
-        payload_path = os.path.join(run_dir, "payload.pkl")
-        with open(payload_path, "wb") as f:
-            f.write(payload)
-        start = time.perf_counter()
-        agent = start_agent(world_size, [payload_path, run_dir], threads, preload)
-        try:
-            out = wait_for_ranks(agent, run_dir, world_size, timeout_s, quiet, False, start)
-        finally:
-            agent.kill()  # no-op when torchrun already exited; kills everything otherwise
-        drain(agent, out.log, quiet)
-        results = collect(run_dir, world_size, out, timeout_s)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    results.pooled = False
     return results
 
 

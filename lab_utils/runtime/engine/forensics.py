@@ -79,9 +79,8 @@ def request_stacks(out_dir: str, world_size: int) -> None:
 
 
 def _is_launcher_frame(line: str) -> bool:
-    """The first frame below the learner's code: the rank's run_rank (cold) or run_job (pool)."""
-    return (("runtime/engine/rank.py" in line and "run_rank" in line)
-            or ("runtime/engine/serve.py" in line and "run_job" in line))
+    """The first frame below the learner's code: the rank's job loop (serve.run_job)."""
+    return "runtime/engine/serve.py" in line and "run_job" in line
 
 
 def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:

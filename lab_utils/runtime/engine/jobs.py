@@ -1,9 +1,9 @@
 """One job on the ranks, from the launcher's side: stream their output until every rank is
 done, one failed, or the deadline passed; then each rank's result, or the one exception that
-explains the failure (``forensics.py``). The same loop serves a pool's jobs and a cold run.
+explains the failure (``forensics.py``). A cold run is a pool's one job: the same loop.
 
 A rank leaves marks in the job's folder (``rank.py``): ``.ok`` its result, ``.err`` its
-traceback, ``.done`` its clean-up finished; a pooled rank's last line of a job is END_MARK.
+traceback, ``.done`` its clean-up finished; its last line of a job is END_MARK.
 """
 from __future__ import annotations
 
@@ -42,11 +42,11 @@ def _echo(line: str, log: list[str], quiet: bool) -> None:
 
 
 def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
-                   pooled: bool, start: float) -> Outcome:
+                   start: float) -> Outcome:
     """Stream the ranks' output until every rank is done, one failed, or the deadline passed.
 
-    A pooled job is complete when every rank wrote ``.done`` and printed its END_MARK (so all
-    its output has been echoed); a cold run when every rank wrote ``.done`` or the agent exited.
+    A job is complete when every rank wrote ``.done`` and printed its END_MARK (so all its output
+    has been echoed).
     On a failure or a deadline, the ranks are NOT killed here: the caller asks for stacks first.
     """
     out = Outcome(log=[])
@@ -68,7 +68,7 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
         out.exited = sum(n.endswith(".done") for n in names)
         if first_error_at is None and any(n.endswith(".err") for n in names):
             first_error_at = now
-        if out.exited == world_size and (not pooled or len(ended) == world_size):
+        if out.exited == world_size and len(ended) == world_size:
             break  # every rank reported and cleaned up
         if len(done) == world_size:
             all_done_at = all_done_at or now

@@ -33,12 +33,13 @@ END_MARK = "\x1elab_utils:end"  # the same as jobs.END_MARK (not imported: jobs 
 # the timeout the group was created with (collectives follow each job's, see isolation.py),
 # and a rank that FINISHED a job must outwait a stuck peer in the barrier after it, so the
 # launcher's deadline, not this rank, ends the job and names the stuck rank.
+# A one-job pool (a cold run) makes it with the run's own timeout (LAB_UTILS_PG_TIMEOUT).
 IDLE_TIMEOUT_S = 1800.0
 
 
 def serve(run_dir: str, socket_path: str, rank: int, marks: Any) -> int:
     backend = os.environ["LAB_UTILS_BACKEND"]
-    with distributed(backend, IDLE_TIMEOUT_S) as ctx:
+    with distributed(backend, float(os.environ.get("LAB_UTILS_PG_TIMEOUT", IDLE_TIMEOUT_S))) as ctx:
         gc.freeze()  # torch's objects: a per-job gc.collect() then scans only the job's
         conn = Client(socket_path, family="AF_UNIX",
                       authkey=bytes.fromhex(os.environ["LAB_UTILS_POOL_KEY"]))
