@@ -301,12 +301,12 @@ def one_step_fewer_on_rank_1(ctx):
     return ctx.rank
 
 
-@pytest.mark.parametrize("cold", [False, True], ids=["pooled", "cold"])
-def test_ranks_in_different_collectives_are_a_hang_not_a_death(cold):
+def test_ranks_in_different_collectives_are_a_hang_not_a_death():
     """gloo ends this deadlock itself, aborting the rank whose buffer the data did not fit: no
-    traceback, the process gone. That is a hang with both ranks' lines, not a segfault."""
+    traceback, the process gone. That is a hang with both ranks' lines, not a segfault. (Pooled
+    only: a cold run is a one-job pool, the same rank program and collect; checked by hand cold.)"""
     with pytest.raises(RankTimeout) as info:
-        run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60, cold=cold)
+        run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60)
     message = str(info.value)
     assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT collectives")
     assert "died" not in message and "segfault" not in message.replace("no segfault", "")
