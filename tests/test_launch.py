@@ -308,7 +308,8 @@ def test_ranks_in_different_collectives_are_a_hang_not_a_death():
     with pytest.raises(RankTimeout) as info:
         run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60)
     message = str(info.value)
-    assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT collectives")
+    assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT "
+                              "collectives")
     assert "died" not in message and "segfault" not in message.replace("no segfault", "")
     assert "rank 0 was in all_reduce, at one_step_fewer_on_rank_1" in message
     assert "dist.all_reduce(grad, group=ctx.group)" in message

@@ -1,4 +1,5 @@
-"""The zygote (lab_utils/runtime/engine/zygote.py): an agent forked from it is what a new Python would be.
+"""The zygote (lab_utils/runtime/engine/zygote.py): an agent forked from it is what a new Python
+would be.
 
 Cold launches here, so every test starts an agent. What a rank reports (its environment, command
 line, sys.path, threads, its agent's parent) is compared between the zygote and a new Python.
@@ -56,7 +57,8 @@ def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(kind, monkeypatc
         assert r["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         assert r["session_leader"], "the agent must lead its own session (one killpg ends agent and ranks)"
         assert r["cwd"] == str(tmp_path) and r["here"]
-        assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.engine.agent"], r["agent_cmdline"][:4]
+        assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.engine.agent"], \
+            r["agent_cmdline"][:4]
         assert any(arg.endswith(b"lab_utils/runtime/worker.py") for arg in r["agent_cmdline"])
         if forked:
             assert zygote._ZYGOTE is not None and r["agent_parent"] == zygote._ZYGOTE.pid
@@ -112,7 +114,8 @@ def test_a_shared_zygote_ends_with_the_process_that_started_it(tmp_path):
     read end of the starter's lifeline. A launcher that finds it gone starts a zygote of its own;
     the socket's folder is a run folder, removed by the next launch."""
     starter = subprocess.Popen(
-        [sys.executable, "-c", "import time; from lab_utils.runtime.engine import zygote; p, path = zygote.start_shared(); "
+        [sys.executable, "-c", "import time; from lab_utils.runtime.engine import zygote; "
+                               "p, path = zygote.start_shared(); "
                                "print(p.pid, path, flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     try:

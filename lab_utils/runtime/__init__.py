@@ -13,10 +13,10 @@ The engine (``engine/``), what makes it fast and safe; nothing outside runtime/ 
     process.py   the torchrun agent: start, output, kill   agent.py     torchrun after preloads
     zygote.py    the fork server agents come from          zygote_server.py  its own side
     isolation.py the state every run starts from           lifeline.py  ranks die with the launcher
-    peer_note.py who a stuck send/recv waited for          paths.py     folders, entry programs, cores
+    peer_note.py who a stuck send/recv waited for          paths.py     folders, entry points, cores
     forensics.py which rank caused a failure, and where
 
-Budget: the public floor at most 500 lines (465 now), the engine at most 1,900 (1,897); an engine
+Budget: the public floor at most 500 lines (467 now), the engine at most 1,950 (1,905); an engine
 module holds one mechanism. Imports go one way: public -> engine -> results / context, no cycle
 inside runtime/ (tests/test_runtime_layers.py). A cold run is a pool that serves one job and ends:
 one rank program, one wait loop (jobs.py), one collect, pooled or not.

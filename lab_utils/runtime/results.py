@@ -19,12 +19,13 @@ class RunResults(list):
 class RankFailure(RuntimeError):
     """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
 
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
+    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str],
+                 dead: list[int] = ()):
         super().__init__(message)
         self.tracebacks = tracebacks
         self.log = log
         self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
-        self.elapsed_s = 0.0  # set by the launcher: from the start of the ranks' work to the failure
+        self.elapsed_s = 0.0  # set by the launcher: from the start of the ranks' work to it
 
     @property
     def ranks(self) -> list[int]:
@@ -34,7 +35,8 @@ class RankFailure(RuntimeError):
 class RankTimeout(RankFailure):
     """Some ranks did not finish in time (typically stuck in a collective)."""
 
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]):
+    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str],
+                 unfinished: list[int]):
         super().__init__(message, tracebacks, log)
         self.unfinished = unfinished
 

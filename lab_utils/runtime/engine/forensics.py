@@ -114,14 +114,16 @@ def read_notes(folder: str, world_size: int, suffix: str) -> dict[int, str]:
 
 
 def read_fatal(folder: str, world_size: int) -> dict[int, str]:
-    """What killed each rank a fatal signal ended ("Fatal Python error: Aborted"), with the stack
-    of its thread that was in torch.distributed (else its last one), cut below the learner's code."""
+    """What killed each rank a fatal signal ended ("Fatal Python error: Aborted"), with the
+    stack of its thread inside torch.distributed (else its last one), cut below the learner's
+    code."""
     fatal = {}
     for rank, text in read_notes(folder, world_size, "fatal").items():
         head, *threads = text.split("\n\n")
         threads = [t for t in threads if "File " in t]
         if threads:
-            stack = next((t for t in threads if "distributed_c10d.py" in t), threads[-1]).splitlines()
+            main = next((t for t in threads if "distributed_c10d.py" in t), threads[-1])
+            stack = main.splitlines()
             cut = next((i for i, line in enumerate(stack) if _is_launcher_frame(line)), len(stack))
             head += "\n" + "\n".join(stack[:cut])
         fatal[rank] = head
@@ -166,7 +168,8 @@ def waiting_at(text: str) -> str | None:
 
 def collective_in(text: str) -> str | None:
     """The torch.distributed call a traceback or stack is inside ("all_reduce"), if any."""
-    calls = [m.group(3) for m in _FRAME.finditer(text) if m.group(1).endswith("distributed_c10d.py")]
+    calls = [m.group(3) for m in _FRAME.finditer(text)
+             if m.group(1).endswith("distributed_c10d.py")]
     if not calls:
         return None
     return calls[0] if "most recent call first" in text else calls[-1]
@@ -185,7 +188,8 @@ def _mismatch(dead: list[int], fatal: dict[int, str], log: list[str]) -> bool:
 def _where(rank: int, text: str) -> str:
     """ "  rank 1 was in all_reduce, at fn (file.py:12): source line" """
     call, at = collective_in(text), waiting_at(text)
-    return f"  rank {rank} was " + (f"in {call}" if call else "running") + (f", at {at}" if at else "")
+    return (f"  rank {rank} was " + (f"in {call}" if call else "running")
+            + (f", at {at}" if at else ""))
 
 
 def _mismatch_failure(ok: dict, err: dict, world_size: int, log: list[str], dead: list[int],
@@ -213,9 +217,10 @@ def _returned_early(ok: dict, texts: dict[int, str], unfinished: list[int]) -> s
     if not ok or not inside:
         return ""
     stuck = ", ".join(f"rank {r} was still inside {c}" for r, c in sorted(inside.items()))
-    return (f"\n{fmt_ranks(ok)} returned while {stuck}, waiting for {'it' if len(ok) == 1 else 'them'}"
-            f": {fmt_ranks(inside)} made a call that {fmt_ranks(ok)} never matched (a collective-count "
-            "mismatch, e.g. one rank ran a step more than the others).")
+    them = "it" if len(ok) == 1 else "them"
+    return (f"\n{fmt_ranks(ok)} returned while {stuck}, waiting for {them}: "
+            f"{fmt_ranks(inside)} made a call that {fmt_ranks(ok)} never matched (a "
+            "collective-count mismatch, e.g. one rank ran a step more than the others).")
 
 
 _PEER = re.compile(r"blocking (send|recv) (?:to|from) rank (\d+)$")
@@ -243,7 +248,8 @@ def fmt_ranks(ranks) -> str:
 
 def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
              timeout_s: float, stacks: dict[int, str], dead: list[int],
-             peers: dict[int, str] | None = None, fatal: dict[int, str] | None = None) -> RankFailure:
+             peers: dict[int, str] | None = None,
+             fatal: dict[int, str] | None = None) -> RankFailure:
     """Turn the ranks' reports into one readable exception. ``peers``: what a stuck rank's
     blocking send/recv was waiting for ("blocking recv from rank 1", runtime/peer_note.py);
     ``fatal``: the stacks of ranks that a fatal signal ended (gloo's abort, a segfault)."""
@@ -290,8 +296,9 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
                + (f"\n{fmt_ranks(err)} failed after it: "
                   + "; ".join(sorted({f"{rec['type']}: {_short(rec['message'])}" for rec in err.values()}))
                   + " - symptoms of the lost rank, not causes." if err else "")
-               + "".join(f"\nrank {r} was ended by a fatal signal ({fatal[r].splitlines()[0]}), at "
-                         f"{waiting_at(fatal[r]) or 'a line outside your code'}" for r in dead if r in fatal)
+               + "".join(f"\nrank {r} was ended by a fatal signal ({fatal[r].splitlines()[0]}),"
+                         f" at {waiting_at(fatal[r]) or 'a line outside your code'}"
+                         for r in dead if r in fatal)
                + ("\nLast output of the dead rank(s):\n" + "\n".join(last_words) if last_words else ""))
         return RankFailure(msg, tracebacks, log, dead)
     if not err:

@@ -14,7 +14,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(_HERE)))
 WORKER_PATH = os.path.join(os.path.dirname(_HERE), "worker.py")  # the rank program
 TMP_PREFIX = "lab_utils_run_"
-AGENT = [sys.executable, "-m", "lab_utils.runtime.engine.agent"]  # torchrun, after LAB_UTILS_PRELOAD
+AGENT = [sys.executable, "-m", "lab_utils.runtime.engine.agent"]  # torchrun after the preloads
 
 
 def cpu_cores() -> int:

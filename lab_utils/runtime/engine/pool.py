@@ -8,7 +8,8 @@
 
 One pool per process, started through torchrun (the same launcher users run on clusters); each
 rank sets up its process group once and then serves jobs over a Unix socket from this process
-(``serve.py``). A cold run is a pool of its own that serves one job and ends (``run_cold``). A call with another world size, backend or
+(``serve.py``). A cold run is a pool of its own that serves one job and ends
+(``run_cold``). A call with another world size, backend or
 distributed environment (TORCH_*, NCCL_*, GLOO_* variables) restarts it; so does any failure:
 a rank that raised, hung or died is reported exactly as in a cold run, then the whole pool is
 killed and the next call starts a fresh one. In a notebook that one starts at once in the
@@ -64,8 +65,8 @@ class PoolStartError(RuntimeError):
 class RankPool:
     """N warm ranks serving jobs; see the module docstring."""
 
-    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True,
-                 pg_timeout_s: float | None = None):
+    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (),
+                 wait: bool = True, pg_timeout_s: float | None = None):
         self.world_size, self.backend = world_size, backend
         self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
         self.key = (world_size, backend, _env_key())

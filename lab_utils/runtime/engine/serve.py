@@ -28,7 +28,7 @@ from lab_utils.runtime.context import distributed
 from lab_utils.runtime.engine.rank import (dump_stacks_to, error_record, exit_now, report_result,
                                     write_record)
 
-END_MARK = "\x1elab_utils:end"  # the same as jobs.END_MARK (not imported: jobs is the launcher's side)
+END_MARK = "\x1elab_utils:end"  # = jobs.END_MARK (not imported: jobs is the launcher's side)
 # The pool's process group is made once, with a long timeout: gloo's point-to-point ops keep
 # the timeout the group was created with (collectives follow each job's, see isolation.py),
 # and a rank that FINISHED a job must outwait a stuck peer in the barrier after it, so the

@@ -1,6 +1,6 @@
 """The zygote's side of ``zygote.py``: import torch once, then fork an agent per request.
 
-    python -m lab_utils.runtime.engine.zygote_server FD [LIFELINE_FD] <blank room for a command line>
+    python -m lab_utils.runtime.engine.zygote_server FD [LIFELINE_FD] <room for a command line>
 
 One fd: a launcher's own zygote, serving that launcher alone over a socket pair until it lets go.
 Two: a shared zygote (``zygote.start_shared``), accepting launchers on a listening socket until the
