@@ -35,8 +35,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from lab_utils import RankFailure, run  # noqa: E402
-from lab_utils.runtime import pool as pools  # noqa: E402
-from lab_utils.runtime import zygote  # noqa: E402
+from lab_utils.runtime.engine import pool as pools  # noqa: E402
+from lab_utils.runtime.engine import zygote  # noqa: E402
 from lab_utils.runtime.launch import oversubscription_note  # noqa: E402
 
 MINIMAL = """

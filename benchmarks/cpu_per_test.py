@@ -5,7 +5,7 @@ $CPU_PER_TEST_OUT: wall seconds, and user+sys CPU seconds of the pytest worker i
 child processes it reaped during the test (kernels, torchrun agents and, through them, their
 ranks; the nbval and papermill runs). A pool that outlives a test is counted when it is reaped,
 usually at the worker's exit, so a few pooled tests read low; so is the zygote with every agent
-forked from it (lab_utils/runtime/zygote.py). What is reaped after the last test (at the worker's
+forked from it (runtime/engine/zygote.py). What is reaped after the last test (at the worker's
 exit) is one more line, id "(worker exit)". On 2 cores the whole suite cannot
 take less wall time than its total CPU time / 2: that is the floor that worker packing cannot beat.
 """

@@ -6,12 +6,11 @@ sub-packages that need them (``lab_utils.viz``).
 
 Main entry points:
     run(fn, world_size, *args, **kwargs)  launch fn on real ranks (lab 00); warm ranks are reused
-    ranks(world_size)                     the warm pool of ranks: .run(fn), .shutdown()
+    ranks(world_size)                     start (or get) the warm pool of ranks: .shutdown()
     Ctx                                   what each rank's fn receives
     %load_ext lab_utils                   the %%ranks cell magic (a cell on every rank)
 """
-from lab_utils.runtime.launch import RankFailure, RankTimeout, RunResults, run
-from lab_utils.runtime.pool import ranks
+from lab_utils.runtime.launch import RankFailure, RankTimeout, RunResults, ranks, run
 
 __all__ = ["run", "ranks", "Ctx", "RunResults", "RankFailure", "RankTimeout"]
 

@@ -9,7 +9,7 @@
 * ``on_ranks(fn, world_size, *args, **kw)`` (a fixture): ``lab_utils.run`` that turns a rank's
   failed ``assert`` back into an AssertionError in pytest, with the rank's ORIGINAL message and
   traceback, so an assertion can sit on the rank, next to what it checks.
-* One shared zygote (lab_utils/runtime/zygote.py) for the whole run, started before the xdist workers:
+* One shared zygote (runtime/engine/zygote.py) for the whole run, started before the xdist workers:
   every launcher under this pytest (workers, the notebooks' kernels, the scripts tests start) forks its
   torchrun agents from it instead of importing torch into a zygote of its own (46 per run, ~3.3 CPU-s
   each). Tests about a launcher's own zygote, or that find ranks by their start-up environment, use
@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from lab_utils import RankFailure, run
-from lab_utils.runtime import zygote
+from lab_utils.runtime.engine import zygote
 
 torch.set_num_threads(1)
 

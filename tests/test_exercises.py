@@ -131,7 +131,7 @@ def test_check_reports_wrong_stub_exception_and_deadlock_without_raising(capsys)
 
 
 def test_wait_cycle_is_named_only_when_the_blocked_calls_form_one():
-    from lab_utils.runtime.failures import wait_cycle
+    from lab_utils.runtime.engine.forensics import wait_cycle
     ring = {0: "blocking recv from rank 3", 1: "blocking recv from rank 0",
             2: "blocking recv from rank 1", 3: "blocking recv from rank 2"}
     assert "rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0: a cycle" in wait_cycle(ring)

@@ -12,9 +12,10 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, run
-from lab_utils.runtime import pool as pools
-from lab_utils.runtime.launch import oversubscription_note, wait_for_ranks
-from lab_utils.runtime.pool import current as current_pool
+from lab_utils.runtime.engine import pool as pools
+from lab_utils.runtime.engine.jobs import wait_for_ranks
+from lab_utils.runtime.engine.pool import current as current_pool
+from lab_utils.runtime.launch import oversubscription_note
 
 OWNER = "LAB_UTILS_TEST_OWNER"
 os.environ[OWNER] = str(os.getpid())  # inherited by every agent and rank this process starts
@@ -164,6 +165,7 @@ def test_a_stuck_rank_ends_at_the_timeout_and_is_named():
     assert info.value.unfinished == [0]
     assert str(info.value).startswith("rank 0 did not finish")
     assert "Finished: rank 1" in str(info.value)
+    assert "rank 1 returned while rank 0 was still inside recv" in str(info.value)
     assert elapsed < 20 + 6
     assert no_workers_left()
 
@@ -211,7 +213,7 @@ def test_cold_launches_all_exit_cleanly(monkeypatch):
     clean-up after 5 s (the learner's results are complete by then), which on a loaded 2-core
     machine a clean 4-rank teardown can exceed (seen once with load ~12). Here it waits up to
     60 s, so an unclean exit means a rank died before writing its .done mark."""
-    monkeypatch.setattr("lab_utils.runtime.launch.TEARDOWN_GRACE_S", 60.0)
+    monkeypatch.setattr("lab_utils.runtime.engine.jobs.TEARDOWN_GRACE_S", 60.0)
     unclean = []
     for i in range(LAUNCH_RUNS):
         results = run(sum_of_ranks, 2 + 2 * (i % 2), 1.0, quiet=True, cold=True)
@@ -261,7 +263,7 @@ def test_a_dead_rank_is_named_when_the_output_ends_before_the_agent_is_seen_to_e
     lines: queue.Queue = queue.Queue()
     lines.put(None)  # the agent's output has ended...
     agent = types.SimpleNamespace(lines=lines, running=lambda: True)  # ...its exit is not yet announced
-    out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, False, time.perf_counter())
+    out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, time.perf_counter())
     assert out.dead == [1]
 
 
@@ -287,3 +289,29 @@ def test_on_ranks_reraises_a_rank_assertion_with_its_message(on_ranks):
     with pytest.raises(AssertionError, match=r"on rank 1: rank 1 holds 42, expected 0") as info:
         on_ranks(_asserts_on_rank1, 2, timeout_s=60)
     assert "_asserts_on_rank1" in str(info.value)  # the rank's own traceback comes along
+
+
+def one_step_fewer_on_rank_1(ctx):
+    """Rank 1 runs one step fewer and goes on to the next collective (a 1-element count) while
+    rank 0 is still in its step's all-reduce: gloo aborts rank 1 when rank 0's 64 floats arrive."""
+    grad = torch.ones(64)
+    for _ in range(3 - (ctx.rank == 1)):
+        dist.all_reduce(grad, group=ctx.group)  # the step's gradient all-reduce
+    dist.all_reduce(torch.ones(1), group=ctx.group)  # the next collective: the count
+    return ctx.rank
+
+
+def test_ranks_in_different_collectives_are_a_hang_not_a_death():
+    """gloo ends this deadlock itself, aborting the rank whose buffer the data did not fit: no
+    traceback, the process gone. That is a hang with both ranks' lines, not a segfault. (Pooled
+    only: a cold run is a one-job pool, the same rank program and collect; checked by hand cold.)"""
+    with pytest.raises(RankTimeout) as info:
+        run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60)
+    message = str(info.value)
+    assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT "
+                              "collectives")
+    assert "died" not in message and "segfault" not in message.replace("no segfault", "")
+    assert "rank 0 was in all_reduce, at one_step_fewer_on_rank_1" in message
+    assert "dist.all_reduce(grad, group=ctx.group)" in message
+    assert "rank 1 was in all_reduce" in message and "dist.all_reduce(torch.ones(1)" in message
+    assert no_workers_left()

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from lab_utils.runtime.process import TMP_PREFIX, clean_stale_run_dirs
+from lab_utils.runtime.engine.paths import TMP_PREFIX, clean_stale_run_dirs
 
 pytestmark = pytest.mark.usefixtures("own_zygote")  # ranks are found by their start-up environment
 

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import RankFailure, RankTimeout, ranks, run
-from lab_utils.runtime import pool as pools
+from lab_utils.runtime.engine import pool as pools
 
 COUNTER = 0  # a module global a run might try to change
 
@@ -141,7 +141,7 @@ def test_two_threads_at_once_both_get_their_results():
 def test_explicit_pool_control():
     pool = ranks(2)
     assert pools.current() is pool and pool.world_size == 2
-    assert pool.run(pid, quiet=True).pooled
+    assert run(pid, 2, quiet=True).pooled and pools.current() is pool  # run() uses it
     pool.shutdown()
     assert pools.current() is None
     assert run(pid, 2, quiet=True).pooled  # a new pool starts on demand

@@ -1,4 +1,5 @@
-"""The zygote (lab_utils/runtime/zygote.py): an agent forked from it is what a new Python would be.
+"""The zygote (lab_utils/runtime/engine/zygote.py): an agent forked from it is what a new Python
+would be.
 
 Cold launches here, so every test starts an agent. What a rank reports (its environment, command
 line, sys.path, threads, its agent's parent) is compared between the zygote and a new Python.
@@ -11,9 +12,9 @@ import time
 import pytest
 
 from lab_utils import run
-from lab_utils.runtime import zygote
-from lab_utils.runtime.failures import _process_gone  # gone, or a zombie not yet reaped
-from lab_utils.runtime.process import clean_stale_run_dirs
+from lab_utils.runtime.engine import zygote
+from lab_utils.runtime.engine.forensics import _process_gone  # gone, or a zombie not yet reaped
+from lab_utils.runtime.engine.paths import clean_stale_run_dirs
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the zygote needs Linux (pidfd_open, /proc)"),
               pytest.mark.usefixtures("own_zygote")]
@@ -56,7 +57,8 @@ def test_an_agent_from_the_zygote_is_what_a_new_python_would_be(kind, monkeypatc
         assert r["threads"] == max(1, len(os.sched_getaffinity(0)) // 2)
         assert r["session_leader"], "the agent must lead its own session (one killpg ends agent and ranks)"
         assert r["cwd"] == str(tmp_path) and r["here"]
-        assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.agent"], r["agent_cmdline"][:4]
+        assert r["agent_cmdline"][1:3] == [b"-m", b"lab_utils.runtime.engine.agent"], \
+            r["agent_cmdline"][:4]
         assert any(arg.endswith(b"lab_utils/runtime/worker.py") for arg in r["agent_cmdline"])
         if forked:
             assert zygote._ZYGOTE is not None and r["agent_parent"] == zygote._ZYGOTE.pid
@@ -112,7 +114,8 @@ def test_a_shared_zygote_ends_with_the_process_that_started_it(tmp_path):
     read end of the starter's lifeline. A launcher that finds it gone starts a zygote of its own;
     the socket's folder is a run folder, removed by the next launch."""
     starter = subprocess.Popen(
-        [sys.executable, "-c", "import time; from lab_utils.runtime import zygote; p, path = zygote.start_shared(); "
+        [sys.executable, "-c", "import time; from lab_utils.runtime.engine import zygote; "
+                               "p, path = zygote.start_shared(); "
                                "print(p.pid, path, flush=True); time.sleep(120)"],
         stdout=subprocess.PIPE, text=True)
     try:

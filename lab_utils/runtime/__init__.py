@@ -1,10 +1,23 @@
-"""How code reaches the ranks: the launcher, the program each rank runs, set-up and tear-down.
+"""How code reaches the ranks, in two floors (lab 00).
 
-    launch.py    run(fn, world_size, ...): torchrun, forked ranks, results and failures back
-    worker.py    the program every rank runs (course launcher and cluster torchrun alike)
-    agent.py     torchrun, after importing heavy modules once for every forked rank
-    zygote.py    the fork server agents come from: torch imported once per launcher (or shared)
-    zygote_server.py  the fork server's own side: its imports, the fork, becoming the agent
+The public floor, what the labs use and show:
+    launch.py    run(fn, world_size, ...) and ranks(world_size): inputs checked, then the engine
+    results.py   RunResults (each rank's return value) and RankFailure / RankTimeout
     context.py   distributed(): backend, device, short timeouts, clean teardown; Ctx
-    failures.py  RankFailure / RankTimeout: which rank caused a failure, with its traceback
+    magic.py     the %%ranks cell magic and %ranks_pull
+    worker.py    the program every rank runs (course launcher and cluster torchrun alike)
+
+The engine (``engine/``), what makes it fast and safe; nothing outside runtime/ imports it:
+    pool.py      warm ranks serving jobs over a socket     serve.py     a warm rank's job loop
+    jobs.py      one job's wait loop and collect           rank.py      a rank's marks and exits
+    process.py   the torchrun agent: start, output, kill   agent.py     torchrun after preloads
+    zygote.py    the fork server agents come from          zygote_server.py  its own side
+    isolation.py the state every run starts from           lifeline.py  ranks die with the launcher
+    peer_note.py who a stuck send/recv waited for          paths.py     folders, entry points, cores
+    forensics.py which rank caused a failure, and where
+
+Budget: the public floor at most 500 lines (467 now), the engine at most 1,950 (1,905); an engine
+module holds one mechanism. Imports go one way: public -> engine -> results / context, no cycle
+inside runtime/ (tests/test_runtime_layers.py). A cold run is a pool that serves one job and ends:
+one rank program, one wait loop (jobs.py), one collect, pooled or not.
 """

@@ -7,64 +7,36 @@ How it works: ``fn`` and its arguments are pickled with cloudpickle (so a functi
 a notebook cell travels by value), then ``torchrun`` - the same launcher used on clusters -
 starts the ranks, forked from torchrun's agent (``--run-path --start-method fork``), which has
 already imported torch, so N ranks start about as fast as one ``import torch``; and the agent is
-itself forked from the launcher's zygote (``zygote.py``), so usually not even that. Each rank runs
-``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
+itself forked from the launcher's zygote (``engine/zygote.py``), so usually not even that. Each
+rank runs ``lab_utils/runtime/worker.py``, which writes its return value or traceback to a folder.
 
-Warm ranks (``pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts a
-pool of ranks; later calls with the same world size, backend and distributed environment
+Warm ranks (``engine/pool.py``): by default the ranks OUTLIVE one call. The first ``run`` starts
+a pool of ranks; later calls with the same world size, backend and distributed environment
 variables reuse it (milliseconds instead of seconds). ``run(..., cold=True)`` or
-``LAB_UTILS_POOL=0`` forces a fresh torchrun launch. Either way a run starts from the same
-state: a usable process group, torch / random / NumPy seeded with ``RUN_SEED`` on every rank.
+``LAB_UTILS_POOL=0`` forces a fresh torchrun launch: a pool that serves this one job and ends.
+Either way a run starts from the same state: a usable process group, torch / random / NumPy
+seeded with ``RUN_SEED`` on every rank.
 
-Failure handling, the same pooled or not:
+Failure handling, the same pooled or not (one protocol: ``engine/jobs.py``):
   * a rank raises -> the others are stopped, and one RankFailure names the rank and shows its
     original traceback (a pool is torn down, and rebuilt by the next call);
   * a rank is stuck in a collective -> it raises the process group's timeout (set short), or
     the deadline ends the run; RankTimeout names the ranks and shows where they waited;
   * a rank dies silently (os._exit, a signal, the OOM killer) -> it is named, not its victims;
   * Ctrl-C / "interrupt kernel" -> every rank is killed (they share one process group); and
-    when the launching process dies, however it dies, every rank dies too (``lifeline.py``).
+    when the launching process dies, however it dies, every rank dies too (``engine/lifeline.py``).
 """
 from __future__ import annotations
 
 import os
-import queue
-import shutil
-import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import cloudpickle
 
-from lab_utils.runtime.process import Agent, make_run_dir, start_agent
-from lab_utils.runtime.failures import (RankFailure, RankTimeout, dead_ranks, failure,  # noqa: F401
-                                        fmt_ranks, read_peers, read_records, read_stacks,
-                                        request_stacks)
-
-RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
-TEARDOWN_GRACE_S = 5.0  # after every result is in, how long teardown may take before a kill
-END_MARK = "\x1elab_utils:end"  # a rank's last line of a pooled job: its output is complete
-
-
-class RunResults(list):
-    """Per-rank return values, indexed by rank, plus facts about the run."""
-
-    elapsed_s: float
-    backend: str
-    world_size: int
-    oversubscribed: bool
-    clean_exit: bool  # every rank finished barrier + clean-up (and, cold, left on its own)
-    cleaned: int  # how many ranks did
-    pooled: bool  # ran on warm ranks of a pool (False: a fresh torchrun launch)
-    log: list[str]
-
-
-def cpu_cores() -> int:
-    """Cores this process may use (respects taskset / container limits)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+from lab_utils.runtime.engine import pool
+from lab_utils.runtime.engine.jobs import TEARDOWN_GRACE_S
+from lab_utils.runtime.engine.paths import cpu_cores
+from lab_utils.runtime.results import RankFailure, RankTimeout, RunResults  # noqa: F401
 
 
 def oversubscription_note(world_size: int, backend: str) -> str | None:
@@ -117,113 +89,6 @@ def resolve_backend(backend: str, world_size: int) -> str:
     return resolve(backend, world_size)  # one node: local world size = world size
 
 
-# ------------------------------------------------------------------- waiting, collecting
-@dataclass
-class Outcome:
-    """How waiting for the ranks of one run ended."""
-
-    log: list[str]
-    deadline_hit: bool = False
-    failed: bool = False  # a rank reported an error
-    exited: int = 0  # ranks that finished their clean-up (.done)
-    dead: list[int] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-
-def _echo(line: str, log: list[str], quiet: bool) -> None:
-    log.append(line)
-    if not quiet and line.startswith("[rank "):
-        print(line, flush=True)
-
-
-def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
-                   pooled: bool, start: float) -> Outcome:
-    """Stream the ranks' output until every rank is done, one failed, or the deadline passed.
-
-    A pooled job is complete when every rank wrote ``.done`` and printed its END_MARK (so all
-    its output has been echoed); a cold run when every rank wrote ``.done`` or the agent exited.
-    On a failure or a deadline, the ranks are NOT killed here: the caller asks for stacks first.
-    """
-    out = Outcome(log=[])
-    first_error_at = all_done_at = None
-    ended: set[int] = set()
-    next_progress = start + 10.0
-    while True:
-        try:
-            line = agent.lines.get(timeout=0.05)
-        except queue.Empty:
-            line = ""
-        if line and END_MARK in line:
-            ended.add(int(line[len("[rank "):line.index("]")]))
-        elif line:
-            _echo(line, out.log, quiet)
-        now = time.perf_counter()
-        names = os.listdir(run_dir)
-        done = {n for n in names if n.endswith(".ok")}
-        out.exited = sum(n.endswith(".done") for n in names)
-        if first_error_at is None and any(n.endswith(".err") for n in names):
-            first_error_at = now
-        if out.exited == world_size and (not pooled or len(ended) == world_size):
-            break  # every rank reported and cleaned up
-        if len(done) == world_size:
-            all_done_at = all_done_at or now
-            if now - all_done_at > TEARDOWN_GRACE_S:
-                break  # results are safe; a clean-up this slow is reported, not waited for
-        if line is None or (not agent.running() and agent.lines.empty()):
-            break
-        if first_error_at is not None and now - first_error_at > RESULT_GRACE_S:
-            break  # give the others a moment to report, then stop them
-        if now - start > timeout_s:
-            out.deadline_hit = True
-            break
-        if not quiet and now > next_progress:
-            waiting = [r for r in range(world_size) if f"rank{r}.ok" not in done]
-            print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
-                  f"waiting for {fmt_ranks(waiting)}", flush=True)
-            next_progress = now + 10.0
-    out.failed = first_error_at is not None
-    # line None, end-of-file: the agent and every rank have closed their output, i.e. exited. The
-    # agent's pidfd may turn readable a moment later (a process's files are closed before its exit
-    # is announced), so running() can still say True here.
-    if out.failed or line is None or not agent.running():
-        out.dead = dead_ranks(run_dir, world_size)
-    if out.deadline_hit:
-        request_stacks(run_dir, world_size)
-    out.elapsed_s = time.perf_counter() - start
-    return out
-
-
-def drain(agent: Agent, log: list[str], quiet: bool) -> None:
-    """Echo what the ranks printed before they were stopped."""
-    while True:
-        try:
-            line = agent.lines.get_nowait()
-        except queue.Empty:
-            return
-        if line and END_MARK not in line:
-            _echo(line, log, quiet)
-
-
-def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> RunResults:
-    """Per-rank results in rank order, or the one exception that explains the failure."""
-    ok, err = read_records(run_dir, world_size)
-    stacks = read_stacks(run_dir, world_size)
-    for rank, record in err.items():
-        record["_seen"] = os.path.getmtime(os.path.join(run_dir, f"rank{rank}.err"))
-    if len(ok) < world_size:  # errors after a delivered result (clean-up) do not fail the run
-        exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead,
-                      read_peers(run_dir, world_size))
-        exc.elapsed_s = out.elapsed_s  # from the start of the ranks' work to the failure
-        raise exc
-    results = RunResults(ok[r] for r in range(world_size))
-    results.elapsed_s = out.elapsed_s
-    results.world_size = world_size
-    results.cleaned = out.exited
-    results.clean_exit = out.exited == world_size
-    results.log = out.log
-    return results
-
-
 # -------------------------------------------------------------------------------- run
 def pool_enabled() -> bool:
     return os.environ.get("LAB_UTILS_POOL", "1") != "0"
@@ -259,11 +124,9 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
         print(f"[lab_utils] {note}", flush=True)
     results = None
     if not cold and pool_enabled():
-        from lab_utils.runtime.pool import submit_call  # deferred: pool.py imports this module
-
-        results = submit_call(world_size, backend, preload, payload, options, timeout_s, quiet)
+        results = pool.submit_call(world_size, backend, preload, payload, options, timeout_s, quiet)
     if results is None:  # cold by request, or the pool is busy with another thread's run
-        results = _run_cold(payload, world_size, options["threads"], preload, timeout_s, quiet)
+        results = pool.run_cold(world_size, backend, preload, payload, options, timeout_s, quiet)
     results.backend = backend
     results.oversubscribed = note is not None
     if not results.clean_exit and not quiet:
@@ -273,23 +136,9 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     return results
 
 
-def _run_cold(payload: bytes, world_size: int, threads: int, preload: tuple[str, ...],
-              timeout_s: float, quiet: bool) -> RunResults:
-    """One torchrun launch for this run alone: start, wait, stop, collect."""
-    run_dir = make_run_dir()
-    try:
-        payload_path = os.path.join(run_dir, "payload.pkl")
-        with open(payload_path, "wb") as f:
-            f.write(payload)
-        start = time.perf_counter()
-        agent = start_agent(world_size, [payload_path, run_dir], threads, preload)
-        try:
-            out = wait_for_ranks(agent, run_dir, world_size, timeout_s, quiet, False, start)
-        finally:
-            agent.kill()  # no-op when torchrun already exited; kills everything otherwise
-        drain(agent, out.log, quiet)
-        results = collect(run_dir, world_size, out, timeout_s)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    results.pooled = False
-    return results
+def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = (),
+          wait: bool = True) -> pool.RankPool:
+    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it.
+    wait=False returns at once: the ranks come up in the background while the notebook goes
+    on, and the first run() on them waits for whatever is left of the start."""
+    return pool.pool_for(world_size, resolve_backend(backend, world_size), tuple(preload), wait)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from lab_utils.runtime import pool as pools
+from lab_utils.runtime.engine import pool as pools
+from lab_utils.runtime.launch import ranks
 
 
 @magics_class
@@ -42,7 +43,7 @@ class RankMagics(Magics):
         n = args.nproc or (running.world_size if running is not None else 4)
         if n < 1:
             raise ValueError(f"-n must be at least 1, got {n}")
-        pool = pools.ranks(n, args.backend)
+        pool = ranks(n, args.backend)
         if self._session is not None and id(pool) != self._session:
             print(f"[lab_utils] started {n} fresh ranks: variables of earlier %%ranks cells are gone",
                   flush=True)

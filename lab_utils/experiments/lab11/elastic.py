@@ -121,9 +121,10 @@ def torchrun_command(script: str, nproc: int, log_dir: str, max_restarts: int = 
                      args: tuple[str, ...] = ()) -> list[str]:
     """torchrun with a local rendezvous, per-rank log files (-r 3: stdout and stderr of every
     rank to <log_dir>) and forked workers (--run-path --start-method fork). It starts through
-    lab_utils.runtime.agent: torchrun itself, after importing PRELOAD once, so the forked ranks
-    inherit torch, FSDP and DCP instead of importing them again (a real restart pays that)."""
-    return [sys.executable, "-m", "lab_utils.runtime.agent", "--standalone",
+    lab_utils.runtime.engine.agent: torchrun itself, after importing PRELOAD once, so the
+    forked ranks inherit torch, FSDP and DCP instead of importing them again (a real restart pays
+    that)."""
+    return [sys.executable, "-m", "lab_utils.runtime.engine.agent", "--standalone",
             f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
             "--monitor-interval=0.1", f"--log-dir={log_dir}", "--redirects=3",
             "--run-path", "--start-method=fork", os.path.join(SCRIPTS, script), *args]

@@ -8,7 +8,7 @@ process per launcher (a kernel, a script, a test worker) that has done those imp
 agent is forked from it: a copy-on-write copy, ready in milliseconds. The ranks are then forked
 from the agent, as before.
 
-The agent gets what ``python -m lab_utils.runtime.agent ...`` started by ``subprocess`` would have:
+The agent gets what ``python -m lab_utils.runtime.engine.agent ...`` started by ``subprocess`` would have:
 a session of its own (one killpg ends it and its ranks), stdout/stderr into the launcher's pipe,
 the launcher's environment, working directory and sys.path, the launcher's lifeline (it dies with
 the launcher, ``lifeline.py``), a fresh import of lab_utils, and its own command line in ``ps``
@@ -39,7 +39,8 @@ import subprocess
 import sys
 import threading
 
-from lab_utils.runtime import lifeline
+from lab_utils.runtime.engine import lifeline
+from lab_utils.runtime.engine.paths import PACKAGE_ROOT, make_run_dir
 
 SWITCH = "LAB_UTILS_ZYGOTE"
 SHARED = "LAB_UTILS_ZYGOTE_SOCKET"  # the path of a shared zygote's socket (start_shared)
@@ -125,7 +126,7 @@ class Zygote:
             raise OSError("the shared zygote was started with other import-time variables")
 
     def fork_agent(self, argv: list[str], env: dict[str, str], lifeline_fd: int) -> ForkedAgent:
-        """An agent running ``python -m lab_utils.runtime.agent *argv`` in ``env``."""
+        """An agent running ``python -m lab_utils.runtime.engine.agent *argv`` in ``env``."""
         read_fd, write_fd = os.pipe()
         try:
             request = pickle.dumps({"argv": argv, "env": env, "cwd": os.getcwd()})
@@ -163,12 +164,10 @@ def _start_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def _server_command(*fds: str) -> list[str]:
-    return [sys.executable, "-m", "lab_utils.runtime.zygote_server", *fds, " " * _ARGV_ROOM]
+    return [sys.executable, "-m", "lab_utils.runtime.engine.zygote_server", *fds, " " * _ARGV_ROOM]
 
 
 def _server_options(fds: tuple[int, ...]) -> dict:
-    from lab_utils.runtime.process import PACKAGE_ROOT
-
     return dict(cwd=PACKAGE_ROOT, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -178,8 +177,6 @@ def start_shared() -> tuple[subprocess.Popen, str]:
     which the caller puts in ``LAB_UTILS_ZYGOTE_SOCKET``. Its imports run while the caller goes on
     (a launcher that connects meanwhile waits for them). It exits when this process does, however
     that happens: it holds the read end of this process's lifeline (lifeline.py), never written to."""
-    from lab_utils.runtime.process import make_run_dir
-
     folder = make_run_dir()  # stamped with this process: removed by a later launch if it is killed
     path = os.path.join(folder, "zygote.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -23,22 +23,23 @@ from typing import Any
 import cloudpickle
 import torch.distributed as dist
 
-from lab_utils.runtime import isolation
+from lab_utils.runtime.engine import isolation
 from lab_utils.runtime.context import distributed
-from lab_utils.runtime.rank import (dump_stacks_to, error_record, exit_now, report_result,
+from lab_utils.runtime.engine.rank import (dump_stacks_to, error_record, exit_now, report_result,
                                     write_record)
 
-END_MARK = "\x1elab_utils:end"  # the same as launch.END_MARK (not imported: launch is the caller's)
+END_MARK = "\x1elab_utils:end"  # = jobs.END_MARK (not imported: jobs is the launcher's side)
 # The pool's process group is made once, with a long timeout: gloo's point-to-point ops keep
 # the timeout the group was created with (collectives follow each job's, see isolation.py),
 # and a rank that FINISHED a job must outwait a stuck peer in the barrier after it, so the
 # launcher's deadline, not this rank, ends the job and names the stuck rank.
+# A one-job pool (a cold run) makes it with the run's own timeout (LAB_UTILS_PG_TIMEOUT).
 IDLE_TIMEOUT_S = 1800.0
 
 
 def serve(run_dir: str, socket_path: str, rank: int, marks: Any) -> int:
     backend = os.environ["LAB_UTILS_BACKEND"]
-    with distributed(backend, IDLE_TIMEOUT_S) as ctx:
+    with distributed(backend, float(os.environ.get("LAB_UTILS_PG_TIMEOUT", IDLE_TIMEOUT_S))) as ctx:
         gc.freeze()  # torch's objects: a per-job gc.collect() then scans only the job's
         conn = Client(socket_path, family="AF_UNIX",
                       authkey=bytes.fromhex(os.environ["LAB_UTILS_POOL_KEY"]))

@@ -1,6 +1,6 @@
 """The zygote's side of ``zygote.py``: import torch once, then fork an agent per request.
 
-    python -m lab_utils.runtime.zygote_server FD [LIFELINE_FD] <blank room for a command line>
+    python -m lab_utils.runtime.engine.zygote_server FD [LIFELINE_FD] <room for a command line>
 
 One fd: a launcher's own zygote, serving that launcher alone over a socket pair until it lets go.
 Two: a shared zygote (``zygote.start_shared``), accepting launchers on a listening socket until the
@@ -17,8 +17,8 @@ import select
 import socket
 import sys
 
-from lab_utils.runtime import lifeline
-from lab_utils.runtime.zygote import IMPORTS, identity
+from lab_utils.runtime.engine import lifeline
+from lab_utils.runtime.engine.zygote import IMPORTS, identity
 
 
 def serve(fd: int) -> dict | None:
@@ -149,7 +149,7 @@ def _preload_torch(env: dict[str, str]) -> bool:
 
 def _show_command_line(args: list[str]) -> None:
     """Write the agent's command line over the zygote's blank one, for ps and /proc/PID/cmdline."""
-    from lab_utils.runtime.process import stat_fields
+    from lab_utils.runtime.engine.paths import stat_fields
 
     try:
         fields = stat_fields("self")
@@ -162,7 +162,7 @@ def _show_command_line(args: list[str]) -> None:
 
 def become_agent(request: dict, base_path: list[str]) -> None:
     """In the forked child: take the launch's session, streams, environment and paths, then run
-    the agent (``agent.main``) as ``python -m lab_utils.runtime.agent`` would."""
+    the agent (``agent.main``) as ``python -m lab_utils.runtime.engine.agent`` would."""
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -179,8 +179,8 @@ def become_agent(request: dict, base_path: list[str]) -> None:
     for name in [m for m in sys.modules if m == "lab_utils" or m.startswith("lab_utils.")]:
         del sys.modules[name]  # the agent and its ranks import the course code fresh, from disk
     importlib.invalidate_caches()
-    from lab_utils.runtime import agent
-    from lab_utils.runtime.process import AGENT
+    from lab_utils.runtime.engine import agent
+    from lab_utils.runtime.engine.paths import AGENT
 
     _show_command_line([*AGENT, *request["argv"]])
 

@@ -11,12 +11,11 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
-from lab_utils.runtime import isolation, lifeline, peer_note
-from lab_utils.runtime.context import distributed
+from lab_utils.runtime.engine import lifeline, peer_note
 
 PREFIX_FMT = "[rank {rank}] "
 
@@ -77,37 +76,6 @@ def exit_now(code: int) -> None:
         except Exception:
             pass
     os._exit(code)
-
-
-def run_rank(fn: Callable, args: tuple, kwargs: dict, backend: str, pg_timeout_s: float,
-             on_result: Callable[[int, Any], None], on_error: Callable[[int, dict], None]) -> int:
-    """Run fn(ctx, *args, **kwargs) on this rank; report through the callbacks; exit code.
-
-    A rank whose fn raised leaves the process at once (``_exit``), never through the
-    context manager's clean exit, whose barrier the other ranks would never join.
-    """
-    rank = int(os.environ.get("RANK", "0"))
-    delivered = False
-    try:
-        with distributed(backend, pg_timeout_s) as ctx:
-            isolation.seed_everything()  # the documented start: the same as a pooled run
-            try:
-                result = fn(ctx, *args, **kwargs)
-            except BaseException as exc:
-                # Report first, then leave at once: the other ranks may be stuck in a
-                # collective this rank will never join, so no barrier, no teardown.
-                on_error(rank, error_record(exc))
-                exit_now(1)
-            on_result(rank, result)
-            delivered = True
-    except BaseException as exc:  # set-up failed (e.g. rendezvous), or teardown did
-        if delivered:
-            # This rank's work is done and reported; its teardown barrier failed because
-            # ANOTHER rank is stuck or gone. That rank is the story, not this one.
-            return 1
-        on_error(rank, error_record(exc))
-        return 1
-    return 0
 
 
 def install_prefix_streams(rank: int) -> None:
@@ -178,7 +146,10 @@ def rank_setup(run_dir: str, rank: int, world_size: int, timeout_s: float) -> No
 
 def dump_stacks_to(folder: str, rank: int) -> None:
     """On a hang, the launcher sends SIGUSR1 before killing: the rank's Python stack lands in
-    ``rank<k>.stack``, so the message can show the line where the rank was waiting."""
+    ``rank<k>.stack``, so the message can show the line where the rank was waiting. A fatal
+    signal (gloo's abort on a collective mismatch, a segfault) leaves ``rank<k>.fatal``: the
+    rank is named with what killed it and where, not as a rank that vanished."""
     stack_file = open(os.path.join(folder, f"rank{rank}.stack"), "w")
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+    faulthandler.enable(file=open(os.path.join(folder, f"rank{rank}.fatal"), "w"), all_threads=True)
     peer_note.note_to(folder, rank)  # and the peer of a blocking send/recv it is inside

@@ -1,6 +1,6 @@
 """torchrun, with some modules imported first so the forked ranks inherit them (lab 00).
 
-    python -m lab_utils.runtime.agent <torchrun arguments>      (LAB_UTILS_PRELOAD=mod1,mod2)
+    python -m lab_utils.runtime.engine.agent <torchrun arguments>      (LAB_UTILS_PRELOAD=mod1,mod2)
 
 The ranks are forked from this process (see launch.py), so a module imported here is
 already in every rank's memory. Heavy imports then cost once per launch instead of once per
@@ -20,7 +20,7 @@ import os
 import runpy
 import sys
 
-from lab_utils.runtime import lifeline
+from lab_utils.runtime.engine import lifeline
 
 
 def main(argv: list[str]) -> None:

@@ -6,9 +6,10 @@
     pool = ranks(4)       # explicit: start (or get) the pool; pool.shutdown() ends it
     run(fn, 4, cold=True) # a fresh launch that ignores the pool (LAB_UTILS_POOL=0: always)
 
-One pool per process. It is started through torchrun exactly like a cold run (the same engine
-users run on clusters); each rank sets up its process group once and then serves jobs over a
-Unix socket from this process (``serve.py``). A call with another world size, backend or
+One pool per process, started through torchrun (the same launcher users run on clusters); each
+rank sets up its process group once and then serves jobs over a Unix socket from this process
+(``serve.py``). A cold run is a pool of its own that serves one job and ends
+(``run_cold``). A call with another world size, backend or
 distributed environment (TORCH_*, NCCL_*, GLOO_* variables) restarts it; so does any failure:
 a rank that raised, hung or died is reported exactly as in a cold run, then the whole pool is
 killed and the next call starts a fresh one. In a notebook that one starts at once in the
@@ -32,12 +33,15 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Listener
-from typing import Any, Callable
+from typing import Any
 
 import cloudpickle
 
-from lab_utils.runtime.launch import RunResults, collect, cpu_cores, drain, wait_for_ranks
-from lab_utils.runtime.process import make_run_dir, start_agent
+from lab_utils.runtime.engine import jobs
+from lab_utils.runtime.engine.jobs import collect, drain, wait_for_ranks
+from lab_utils.runtime.engine.paths import cpu_cores, make_run_dir
+from lab_utils.runtime.engine.process import start_agent
+from lab_utils.runtime.results import RunResults
 
 START_TIMEOUT_S = 180.0  # a cold start of N ranks on a loaded laptop, with margin
 # Imported once in the agent before the ranks are forked: optimizers, DDP and the ledger import
@@ -61,7 +65,8 @@ class PoolStartError(RuntimeError):
 class RankPool:
     """N warm ranks serving jobs; see the module docstring."""
 
-    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True):
+    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (),
+                 wait: bool = True, pg_timeout_s: float | None = None):
         self.world_size, self.backend = world_size, backend
         self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
         self.key = (world_size, backend, _env_key())
@@ -69,12 +74,16 @@ class RankPool:
         self.jobs = 0
         self.dirty = ""  # why the ranks must not serve another job ("" = healthy)
         self.pids: dict[int, int] = {}
+        self.one_job = pg_timeout_s is not None  # a cold run: its group has the run's timeout
+        env = {"LAB_UTILS_POOL_KEY": "", "LAB_UTILS_BACKEND": backend}
+        if self.one_job:
+            env["LAB_UTILS_PG_TIMEOUT"] = str(pg_timeout_s)
         authkey = os.urandom(16)
         socket_path = os.path.join(self.run_dir, "pool.sock")
         self._listener: Listener | None = Listener(socket_path, family="AF_UNIX", authkey=authkey)
         self.agent = start_agent(world_size, [self.run_dir, "--pool", socket_path],
                                  max(1, cpu_cores() // world_size), self.preload,
-                                 {"LAB_UTILS_POOL_KEY": authkey.hex(), "LAB_UTILS_BACKEND": backend})
+                                 dict(env, LAB_UTILS_POOL_KEY=authkey.hex()))
         if wait:
             self.wait_ready()
 
@@ -144,7 +153,7 @@ class RankPool:
         except OSError:
             pass  # a rank is gone: waiting names it
         try:
-            out = wait_for_ranks(self.agent, job_dir, self.world_size, timeout_s, quiet, True, start)
+            out = wait_for_ranks(self.agent, job_dir, self.world_size, timeout_s, quiet, start)
         except BaseException:  # KeyboardInterrupt ("interrupt kernel"): every rank goes
             self.shutdown()
             raise
@@ -159,22 +168,36 @@ class RankPool:
             if broken:
                 self.dirty = "a rank failed, hung or did not finish cleaning up"
                 self.shutdown()
-                _start_spare(self.world_size, self.backend, self.preload)
+                if not self.one_job:
+                    _start_spare(self.world_size, self.backend, self.preload)
             else:
                 shutil.rmtree(job_dir, ignore_errors=True)
         if any(reasons):
             self.dirty = "; ".join(sorted(r for r in reasons if r))
-            if not quiet:
+            if not quiet and not self.one_job:
                 print(f"[lab_utils] the ranks are not reused after this run ({self.dirty}); "
                       "the next run starts fresh ones", flush=True)
-        results.pooled = True
+        results.pooled = not self.one_job
         return results
 
-    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> RunResults:
-        """``lab_utils.run(fn, world_size, ...)`` on this pool's world size and backend."""
-        from lab_utils.runtime.launch import run
-
-        return run(fn, self.world_size, *args, backend=self.backend, **kwargs)
+    def leave(self) -> int:
+        """Ask the ranks to leave (barrier, destroy_process_group, exit) and wait as long as a
+        clean-up may take (``jobs.TEARDOWN_GRACE_S``), then kill what is left. Returns how many
+        ranks left on their own (``rank<k>.left``, written by worker.py)."""
+        stop = cloudpickle.dumps(("stop", "", None, {}))
+        try:
+            for conn in self.conns:
+                conn.send_bytes(stop)
+        except OSError:
+            pass
+        deadline = time.perf_counter() + jobs.TEARDOWN_GRACE_S
+        left = 0
+        while left < self.world_size and time.perf_counter() < deadline and self.agent.running():
+            time.sleep(0.01)
+            left = sum(n.endswith(".left") for n in os.listdir(self.run_dir))
+        left = sum(n.endswith(".left") for n in os.listdir(self.run_dir))
+        self.shutdown()
+        return left
 
     def execute(self, code: str, timeout_s: float = 120.0, quiet: bool = False) -> RunResults:
         """Run source code on every rank in its persistent session namespace (``%%ranks``)."""
@@ -213,6 +236,22 @@ def _read(path: str) -> str:
 
 def _options(world_size: int, timeout_s: float) -> dict:
     return {"threads": max(1, cpu_cores() // world_size), "pg_timeout_s": 0.75 * timeout_s}
+
+
+def run_cold(world_size: int, backend: str, preload: tuple[str, ...], payload: bytes,
+             options: dict, timeout_s: float, quiet: bool) -> RunResults:
+    """A cold run: a pool that serves this one job and ends, so a run has one protocol and one set
+    of failure semantics, pooled or not. Its process group is made with the run's timeout (gloo's
+    send/recv keep the creation timeout), and its ranks leave as a torchrun job's do."""
+    pool = RankPool(world_size, backend, preload, pg_timeout_s=options["pg_timeout_s"])
+    try:
+        results = pool.submit("call", payload, options, timeout_s, quiet)
+        if pool.healthy():
+            results.cleaned = pool.leave()
+            results.clean_exit = results.cleaned == world_size
+    finally:
+        pool.shutdown()
+    return results
 
 
 def submit_call(world_size: int, backend: str, preload: tuple[str, ...], payload: bytes,
@@ -270,16 +309,6 @@ def _take_spare(world_size: int, backend: str, preload: tuple[str, ...]) -> Rank
         return None
     spare.wait_ready()
     return spare
-
-
-def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = (),
-          wait: bool = True) -> RankPool:
-    """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it.
-    wait=False returns at once: the ranks come up in the background while the notebook goes
-    on, and the first run() on them waits for whatever is left of the start."""
-    from lab_utils.runtime.launch import resolve_backend
-
-    return pool_for(world_size, resolve_backend(backend, world_size), tuple(preload), wait)
 
 
 def current() -> RankPool | None:

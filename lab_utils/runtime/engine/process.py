@@ -1,75 +1,26 @@
-"""The torchrun process behind a run or a pool: its folder, its command line, starting and killing it.
+"""The torchrun process behind a run or a pool: its command line, starting and killing it.
 
-``launch.run`` and ``pool.Pool`` both start ranks through ``start_agent``: torchrun (through
-``lab_utils.runtime.agent``, forked from the zygote where it can: ``zygote.py``) with the ranks
-forked from it, in a process group of its own so one ``killpg`` ends everything, holding the read
-end of the caller's lifeline (``lifeline.py``).
-Run folders (``$TMPDIR/lab_utils_run_*``) carry their owner's pid and start time; a folder whose
-owner is gone is removed by the next launch.
+A cold run and a pool both start ranks through ``start_agent``: torchrun (through ``agent.py``,
+forked from the zygote where it can: ``zygote.py``) with the ranks forked from it, in a process
+group of its own so one ``killpg`` ends everything, holding the read end of the caller's
+lifeline (``lifeline.py``).
 """
 from __future__ import annotations
 
 import atexit
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 
-from lab_utils.runtime import lifeline, zygote
+from lab_utils.runtime.engine import lifeline, zygote
+from lab_utils.runtime.engine.paths import AGENT, PACKAGE_ROOT, WORKER_PATH
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
-TMP_PREFIX = "lab_utils_run_"
-AGENT = [sys.executable, "-m", "lab_utils.runtime.agent"]  # torchrun, after importing LAB_UTILS_PRELOAD
 _LIVE: set["Agent"] = set()  # agents still running, for atexit
-
-
-# ------------------------------------------------------------------------ run folders
-def stat_fields(pid: int | str) -> list[str]:
-    """/proc/PID/stat from field 3 (state) on: index i is field i + 3 of proc(5). The command name
-    (field 2) may hold spaces and parentheses, so the split starts after its last ')'."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return stat_fields(pid)[19]  # field 22: start time since boot
-    except (OSError, IndexError):
-        return None
-
-
-def make_run_dir() -> str:
-    """A fresh folder for one run (or one pool), stamped with its owner process."""
-    clean_stale_run_dirs()
-    path = tempfile.mkdtemp(prefix=TMP_PREFIX)
-    with open(os.path.join(path, "owner"), "w") as f:
-        f.write(f"{os.getpid()} {_start_time(os.getpid())}")
-    return path
-
-
-def clean_stale_run_dirs() -> None:
-    """Remove run folders whose owner process is gone (a killed kernel, a restart)."""
-    root = tempfile.gettempdir()
-    for name in os.listdir(root):
-        path = os.path.join(root, name)
-        if not name.startswith(TMP_PREFIX) or not os.path.isdir(path):
-            continue
-        try:
-            with open(os.path.join(path, "owner")) as f:
-                pid, started = f.read().split()
-            alive = _start_time(int(pid)) == started
-        except (OSError, ValueError):  # no owner file: a folder from an older version
-            alive = time.time() - os.path.getmtime(path) < 3600
-        if not alive:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- agents
@@ -133,7 +84,7 @@ def _reader(stream, lines: "queue.Queue[str | None]") -> None:
 
 def start_agent(world_size: int, worker_args: list[str], threads: int, preload: tuple[str, ...],
                 extra_env: dict[str, str] | None = None) -> Agent:
-    """Start torchrun (through lab_utils.runtime.agent) with the ranks' environment."""
+    """Start torchrun (through lab_utils.runtime.engine.agent) with the ranks' environment."""
     # The ranks import what the caller can import: a function defined in a test module or a
     # script travels by reference, so its module must be importable on the ranks too.
     python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))

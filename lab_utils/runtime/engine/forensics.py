@@ -1,6 +1,6 @@
-"""What went wrong on the ranks, in one readable exception (lab 00).
+"""Failure forensics: what went wrong on the ranks, in one readable exception (lab 00).
 
-The launcher (launch.py) collects what each rank left in the run's folder - rank<k>.ok (a
+The wait loop (jobs.py) collects what each rank left in the run's folder - rank<k>.ok (a
 result), .err (a traceback), .term (stopped by torchrun), .stack (a Python stack dumped on
 request at the deadline), forked<k> (its pid) - and this module turns them into RankFailure or
 RankTimeout, naming the rank that CAUSED the failure rather than the ranks that suffered it.
@@ -15,6 +15,8 @@ from typing import Any
 
 import cloudpickle
 
+from lab_utils.runtime.results import RankFailure, RankTimeout
+
 _TIMEOUT_MARKERS = ("timed out", "timeout")  # matched case-insensitively (gloo: "Timed out waiting")
 # What a rank raises when a PEER left (crashed, timed out and exited, was killed): a symptom.
 _SYMPTOM_MARKERS = ("connection closed by peer", "connection reset by peer", "broken pipe")
@@ -22,21 +24,6 @@ _SYMPTOM_MARKERS = ("connection closed by peer", "connection reset by peer", "br
 
 def _is_symptom(record: dict) -> bool:
     return any(m in record["message"].lower() for m in _SYMPTOM_MARKERS)
-
-
-class RankFailure(RuntimeError):
-    """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()):
-        super().__init__(message)
-        self.tracebacks = tracebacks
-        self.log = log
-        self.dead = list(dead)  # ranks that died without a word (os._exit, segfault, OOM kill)
-        self.elapsed_s = 0.0  # set by the launcher: from the start of the ranks' work to the failure
-
-    @property
-    def ranks(self) -> list[int]:
-        return sorted(self.tracebacks)
 
 
 def _process_gone(pid: int) -> bool:
@@ -74,14 +61,6 @@ def dead_ranks(out_dir: str, world_size: int) -> list[int]:
     return dead
 
 
-class RankTimeout(RankFailure):
-    """Some ranks did not finish in time (typically stuck in a collective)."""
-
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]):
-        super().__init__(message, tracebacks, log)
-        self.unfinished = unfinished
-
-
 def request_stacks(out_dir: str, world_size: int) -> None:
     """Ask every unfinished rank for its Python stack (SIGUSR1 -> faulthandler, see worker.py)."""
     asked = False
@@ -100,9 +79,8 @@ def request_stacks(out_dir: str, world_size: int) -> None:
 
 
 def _is_launcher_frame(line: str) -> bool:
-    """The first frame below the learner's code: the rank's run_rank (cold) or run_job (pool)."""
-    return (("runtime/rank.py" in line and "run_rank" in line)
-            or ("runtime/serve.py" in line and "run_job" in line))
+    """The first frame below the learner's code: the rank's job loop (serve.run_job)."""
+    return "runtime/engine/serve.py" in line and "run_job" in line
 
 
 def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
@@ -120,18 +98,36 @@ def read_stacks(out_dir: str, world_size: int) -> dict[int, str]:
     return stacks
 
 
-def read_peers(folder: str, world_size: int) -> dict[int, str]:
-    """What each stuck rank's blocking send/recv waited for (``runtime/peer_note.py``)."""
+def read_notes(folder: str, world_size: int, suffix: str) -> dict[int, str]:
+    """Each rank's non-empty ``rank<k>.<suffix>``: "peer", what a stuck rank's blocking send/recv
+    waited for (``runtime/peer_note.py``); "fatal", the stacks of a rank a fatal signal ended."""
     notes = {}
     for rank in range(world_size):
         try:
-            with open(os.path.join(folder, f"rank{rank}.peer")) as f:
+            with open(os.path.join(folder, f"rank{rank}.{suffix}")) as f:
                 text = f.read().strip()
         except OSError:
             continue
         if text:
             notes[rank] = text
     return notes
+
+
+def read_fatal(folder: str, world_size: int) -> dict[int, str]:
+    """What killed each rank a fatal signal ended ("Fatal Python error: Aborted"), with the
+    stack of its thread inside torch.distributed (else its last one), cut below the learner's
+    code."""
+    fatal = {}
+    for rank, text in read_notes(folder, world_size, "fatal").items():
+        head, *threads = text.split("\n\n")
+        threads = [t for t in threads if "File " in t]
+        if threads:
+            main = next((t for t in threads if "distributed_c10d.py" in t), threads[-1])
+            stack = main.splitlines()
+            cut = next((i for i, line in enumerate(stack) if _is_launcher_frame(line)), len(stack))
+            head += "\n" + "\n".join(stack[:cut])
+        fatal[rank] = head
+    return fatal
 
 
 def read_records(out_dir: str, world_size: int) -> tuple[dict[int, Any], dict[int, dict]]:
@@ -170,6 +166,63 @@ def waiting_at(text: str) -> str | None:
     return f"{fn} ({os.path.basename(path)}:{line})" + (f": {source}" if source else "")
 
 
+def collective_in(text: str) -> str | None:
+    """The torch.distributed call a traceback or stack is inside ("all_reduce"), if any."""
+    calls = [m.group(3) for m in _FRAME.finditer(text)
+             if m.group(1).endswith("distributed_c10d.py")]
+    if not calls:
+        return None
+    return calls[0] if "most recent call first" in text else calls[-1]
+
+
+# gloo's check when the bytes a rank receives do not fit the collective it is in: it aborts
+_MISMATCH_MARKERS = ("collective mismatch", "doesn't match expected size")
+
+
+def _mismatch(dead: list[int], fatal: dict[int, str], log: list[str]) -> bool:
+    """Did gloo abort the dead ranks because the ranks were in different collectives?"""
+    return (bool(dead) and all(r in fatal and collective_in(fatal[r]) for r in dead)
+            and any(m in line.lower() for line in log for m in _MISMATCH_MARKERS))
+
+
+def _where(rank: int, text: str) -> str:
+    """ "  rank 1 was in all_reduce, at fn (file.py:12): source line" """
+    call, at = collective_in(text), waiting_at(text)
+    return (f"  rank {rank} was " + (f"in {call}" if call else "running")
+            + (f", at {at}" if at else ""))
+
+
+def _mismatch_failure(ok: dict, err: dict, world_size: int, log: list[str], dead: list[int],
+                      fatal: dict[int, str]) -> RankFailure:
+    """Ranks in different collectives at once (one ran fewer steps and went on): a hang that gloo
+    noticed, because the data that arrived did not fit, and ended by aborting ranks."""
+    unfinished = [r for r in range(world_size) if r not in ok]
+    texts = {**{r: rec["traceback"] for r, rec in err.items()}, **{r: fatal[r] for r in dead}}
+    msg = (f"{fmt_ranks(unfinished)} did not finish: the ranks were inside DIFFERENT collectives "
+           "at the same time, each waiting for the others to join its own (a collective "
+           "mismatch: the ranks did not call the same collectives in the same order, e.g. one "
+           "rank ran fewer steps and went on to the next collective while its peers were still "
+           f"in a step). gloo saw data that did not fit and aborted {fmt_ranks(dead)}: a hang "
+           "caught early, not a crash (no segfault, nothing ran out of memory)."
+           + (f" Finished: {fmt_ranks(ok)}." if ok else "") + "\n"
+           + "\n".join(_where(r, t) for r, t in sorted(texts.items())))
+    first = min(dead)
+    msg += f"\n\nWhere rank {first} was (its Python stack when gloo aborted it):\n{fatal[first]}"
+    return RankTimeout(msg, texts, log, unfinished)
+
+
+def _returned_early(ok: dict, texts: dict[int, str], unfinished: list[int]) -> str:
+    """A rank that RETURNED while a peer was still inside a collective: a count mismatch."""
+    inside = {r: c for r in unfinished if r in texts and (c := collective_in(texts[r]))}
+    if not ok or not inside:
+        return ""
+    stuck = ", ".join(f"rank {r} was still inside {c}" for r, c in sorted(inside.items()))
+    them = "it" if len(ok) == 1 else "them"
+    return (f"\n{fmt_ranks(ok)} returned while {stuck}, waiting for {them}: "
+            f"{fmt_ranks(inside)} made a call that {fmt_ranks(ok)} never matched (a "
+            "collective-count mismatch, e.g. one rank ran a step more than the others).")
+
+
 _PEER = re.compile(r"blocking (send|recv) (?:to|from) rank (\d+)$")
 
 
@@ -195,10 +248,12 @@ def fmt_ranks(ranks) -> str:
 
 def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: bool,
              timeout_s: float, stacks: dict[int, str], dead: list[int],
-             peers: dict[int, str] | None = None) -> RankFailure:
+             peers: dict[int, str] | None = None,
+             fatal: dict[int, str] | None = None) -> RankFailure:
     """Turn the ranks' reports into one readable exception. ``peers``: what a stuck rank's
-    blocking send/recv was waiting for ("blocking recv from rank 1", runtime/peer_note.py)."""
-    peers = peers or {}
+    blocking send/recv was waiting for ("blocking recv from rank 1", runtime/peer_note.py);
+    ``fatal``: the stacks of ranks that a fatal signal ended (gloo's abort, a segfault)."""
+    peers, fatal = peers or {}, fatal or {}
     # A rank that delivered its result is finished, whatever its teardown did afterwards.
     err = {r: rec for r, rec in err.items() if r not in ok}
     unfinished = [r for r in range(world_size) if r not in ok]
@@ -219,7 +274,7 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
         if any(where.values()):
             msg += "\n" + "\n".join(f"  rank {r} was waiting in {w}" + (f"  <- {peers[r]}" if r in peers else "")
                                     for r, w in sorted(where.items()) if w)
-        msg += wait_cycle(peers)
+        msg += wait_cycle(peers) + _returned_early(ok, {**stacks, **tracebacks}, unfinished)
         if tracebacks:
             first = min(causes) if all_timeouts else min(tracebacks)
             msg += f"\n\nWhere rank {first} was waiting:\n{tracebacks[first]}"
@@ -232,6 +287,8 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
     # rank then died silently: a peer vanishing mid-collective can abort gloo in C++ (seen under
     # load: rank 1 raised ValueError, rank 0 was gone 1 s later without a word).
     raised = {r: rec for r, rec in err.items() if not _is_symptom(rec)}
+    if not raised and _mismatch(dead, fatal, log):
+        return _mismatch_failure(ok, err, world_size, log, dead, fatal)
     if dead and not raised:
         last_words = [line for line in log if any(line.startswith(f"[rank {r}] ") for r in dead)][-5:]
         msg = (f"{fmt_ranks(dead)} died without reporting an error (os._exit, a segfault, or killed "
@@ -239,6 +296,9 @@ def failure(ok: dict, err: dict, world_size: int, log: list[str], deadline_hit: 
                + (f"\n{fmt_ranks(err)} failed after it: "
                   + "; ".join(sorted({f"{rec['type']}: {_short(rec['message'])}" for rec in err.values()}))
                   + " - symptoms of the lost rank, not causes." if err else "")
+               + "".join(f"\nrank {r} was ended by a fatal signal ({fatal[r].splitlines()[0]}),"
+                         f" at {waiting_at(fatal[r]) or 'a line outside your code'}"
+                         for r in dead if r in fatal)
                + ("\nLast output of the dead rank(s):\n" + "\n".join(last_words) if last_words else ""))
         return RankFailure(msg, tracebacks, log, dead)
     if not err:
