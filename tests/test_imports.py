@@ -27,10 +27,7 @@ ROOT = pathlib.Path(lab_utils.__file__).parent
 # written (issue 34). Each entry is a set of modules: a cycle whose modules all lie in one entry is
 # reported as expected, not as a failure. An entry that matches no cycle any more fails the test, so
 # that it is deleted: the list only shrinks. The goal is an empty list.
-EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = [
-    frozenset({"lab_utils.runtime.launch", "lab_utils.runtime.pool"}),           # helper "runtime"
-    frozenset({"lab_utils.runtime.process", "lab_utils.runtime.zygote"}),        # helper "runtime"
-]
+EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = []
 # The same for private names imported across modules: (importing module, imported name).
 EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: set[tuple[str, str]] = {
     ("lab_utils.calc._layout_cost", "lab_utils.calc.activations._layer_bytes"),        # "calc"
