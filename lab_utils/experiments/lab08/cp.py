@@ -16,6 +16,7 @@ import torch
 
 from lab_utils.calc.context_parallel import cp_bytes_per_rank, cp_causal_pairs, cp_saved_bytes
 from lab_utils.measure import CommLedger, SavedActivations
+from lab_utils.experiments.lab08.ring import cp_cases
 from lab_utils.parallel.context_parallel import full_attention, ring_attention
 from lab_utils.parallel.context_variants import (allgather_kv_attention, ulysses_attention,
                                                  zigzag_shard)
@@ -54,32 +55,28 @@ def compare_cp(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 4
                hd: int = 8, causal_modes: tuple[bool, ...] = (True, False)) -> list[CPCheck]:
     """Every variant over CP groups of each size (consecutive ranks: Topology(dp=W/n, tp=n)'s
     groups serve as CP groups here), against full attention on the whole sequence."""
-    g = torch.Generator().manual_seed(0)
-    q, k, v, w = (torch.randn(B, H, T, hd, generator=g) for _ in range(4))  # same on every rank
     rows = []
-    for n in sizes:
-        group, me = Topology(dp=ctx.world_size // n, tp=n).build_groups()["tp"], ctx.rank % n
-        for causal in causal_modes:
-            ref = [t.clone().requires_grad_() for t in (q, k, v)]
-            full = full_attention(*ref, causal=causal)
-            (full * w).sum().backward()
-            for name, (variant, zz, attend) in VARIANTS.items():
-                mine = [_mine(t, me, n, zz).clone().requires_grad_() for t in (q, k, v)]
-                with CommLedger() as ledger:
-                    with ledger.phase("forward"), SavedActivations() as saved:
-                        out = attend(*mine, group, causal)
-                    with ledger.phase("backward"):
-                        (out * _mine(w, me, n, zz)).sum().backward()
-                err = {"out": (out - _mine(full, me, n, zz)).abs().max().item()}
-                for t, a, b in zip("qkv", mine, ref):
-                    err[f"d{t}"] = (a.grad - _mine(b.grad, me, n, zz)).abs().max().item()
-                f = cp_bytes_per_rank(variant, B, H, T, hd, n)
-                rows.append(CPCheck(
-                    name, n, causal, ctx.rank, err,
-                    {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
-                    {"forward": f.forward, "backward": f.backward}, saved.bytes,
-                    cp_saved_bytes(variant, B, H, T, hd, n, me, causal, zz),
-                    cp_causal_pairs(variant, H, T, n, me, zz)))
+    for n, group, me, causal, (q, k, v, w) in cp_cases(ctx, sizes, (B, H, T, hd), causal_modes):
+        ref = [t.clone().requires_grad_() for t in (q, k, v)]
+        full = full_attention(*ref, causal=causal)
+        (full * w).sum().backward()
+        for name, (variant, zz, attend) in VARIANTS.items():
+            mine = [_mine(t, me, n, zz).clone().requires_grad_() for t in (q, k, v)]
+            with CommLedger() as ledger:
+                with ledger.phase("forward"), SavedActivations() as saved:
+                    out = attend(*mine, group, causal)
+                with ledger.phase("backward"):
+                    (out * _mine(w, me, n, zz)).sum().backward()
+            err = {"out": (out - _mine(full, me, n, zz)).abs().max().item()}
+            for t, a, b in zip("qkv", mine, ref):
+                err[f"d{t}"] = (a.grad - _mine(b.grad, me, n, zz)).abs().max().item()
+            f = cp_bytes_per_rank(variant, B, H, T, hd, n)
+            rows.append(CPCheck(
+                name, n, causal, ctx.rank, err,
+                {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
+                {"forward": f.forward, "backward": f.backward}, saved.bytes,
+                cp_saved_bytes(variant, B, H, T, hd, n, me, causal, zz),
+                cp_causal_pairs(variant, H, T, n, me, zz)))
     return rows
 
 
