@@ -280,7 +280,7 @@ def test_equivalence_and_comm(equivalence, name):
 
 
 @pytest.mark.parametrize("name", ["dropout-tp2", "dropout-sp-tp2", "dropout-bug-tp2",
-                                  "parallelize-module", "simulated-link"])
+                                  "parallelize-module"])
 def test_rng_dtensor_link(rng_dtensor, name):
     for rank, res in enumerate(rng_dtensor):
         assert res[name] == "ok", f"rank {rank}: {res[name]}"

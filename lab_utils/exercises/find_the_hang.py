@@ -196,7 +196,7 @@ def explain_failure(exc: Exception) -> str | None:
     """A launch that failed in collectives is this exercise's hang: ranks with different batch
     counts ran different numbers of all-reduces. Said in those words whatever the transport
     made of it (gloo closes the connection or aborts a rank; NCCL waits until its timeout)."""
-    from lab_utils.runtime.failures import RankTimeout
+    from lab_utils.runtime.results import RankTimeout
 
     text = str(exc).lower()
     if not isinstance(exc, RankTimeout) and not any(s in text for s in _SYMPTOMS):

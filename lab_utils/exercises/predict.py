@@ -149,7 +149,10 @@ class Prediction(ShownOnce):
             shown._shown = True
         else:
             print(text())
-            self._listeners.append(render)  # keeps the outcome once a guess is committed
+            if self.committed:
+                render()  # keeps the outcome now (predictions.json, a live class)
+            else:
+                self._listeners.append(render)  # keeps it once a guess is committed
         return shown
 
     def _keep_outcome(self, row: dict) -> None:

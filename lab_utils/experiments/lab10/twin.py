@@ -24,7 +24,8 @@ from lab_utils import twin
 from lab_utils.calc import fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
-from lab_utils.experiments.lab10_local import SCALING_CONFIG, sgd_step
+from lab_utils.experiments.common import sgd_step
+from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.models import GPTConfig, TinyGPT, count_params, lm_loss
 from lab_utils.parallel.data_parallel import BucketDDP
 
@@ -100,8 +101,10 @@ def scaling_scale(cfg: GPTConfig, global_batch: int) -> twin.Scale:
     """Charge FULL_MODEL's FLOPs (FULL_TOKENS per step) and gradient bytes for the lab model's
     step of ``global_batch`` sequences (``twin.Scale.model``)."""
     tiny = count_params(TinyGPT(cfg))
-    return twin.Scale.model(FULL_MODEL, tiny, global_batch * cfg.seq_len, FULL_TOKENS,
-                            cfg.n_layer, cfg.seq_len)
+    per_token = twin.Scale.model(FULL_MODEL, tiny, cfg.n_layer, cfg.d_model, cfg.seq_len)
+    tokens = FULL_TOKENS / (global_batch * cfg.seq_len)  # the full run's tokens per step, over ours
+    return twin.Scale(per_token.flops * tokens, per_token.bytes,
+                      f"{per_token.name}, x{tokens:.3g} tokens per step")
 
 
 def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> CurveFit:
