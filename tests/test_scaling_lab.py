@@ -13,17 +13,17 @@ from lab_utils import run
 from lab_utils.calc import bubble, bubble_from_timeline, ring_bytes_per_rank
 from lab_utils.exercises.fit_serial_fraction import fit_serial, make_logs
 from lab_utils.experiments.lab10 import (SCALING_CONFIG, CommStats, StepLog, SlowDataset,
-                                         background_prefetch, comm_split, fit_curves,
-                                         loader_experiment, matmul_rates)
+                                         background_prefetch, comm_split, loader_experiment,
+                                         matmul_rates)
+from lab_utils.experiments.lab10.twin import amdahl_curve
 
-SIM_ROW_S = 0.002
-MODES = ("strong", "weak", "sim_strong", "sim_weak")
+MODES = ("strong", "weak")
 
 
 def _both(ctx):
-    from lab_utils.experiments.lab10 import bottleneck_worker, scaling_worker
-    return (scaling_worker(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2,
-                           sim_row_s=SIM_ROW_S),
+    from lab_utils.experiments.lab10 import bottleneck_worker
+    from lab_utils.experiments.lab10.twin import scaling_steps  # on this machine's wall clock
+    return (scaling_steps(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2),
             bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4), t_f=0.01))
 
 
@@ -44,21 +44,15 @@ def test_scaling_structure(launched):
             assert r.tokens == n * rows * SCALING_CONFIG.seq_len
             assert len(r.log_s) == 3 and r.step_s == min(r.log_s[1:]) > 0   # warm-up logged first
             assert r.cpu_s > 0 and 0 <= r.comm_s <= r.step_s
-            if mode.startswith("sim"):  # the simulated device sleeps rows x t_row every step
-                assert r.step_s >= rows * SIM_ROW_S
-                assert r.losses == ()
-            else:
-                assert len(r.losses) == 3  # warm-up + 2 timed steps
-    logs = res.step_logs("sim_strong")
+            assert len(r.losses) == 3  # warm-up + 2 timed steps
+    logs = res.step_logs("strong")
     assert [g.n for g in logs] == [1, 2] and all(len(g.step_s) == 3 for g in logs)
 
 
-def test_fit_curves_reports_a_fit_or_a_reason(launched):
-    curves = fit_curves(launched[0][0], [1, 2], cores=2)
-    assert [c.label for c in curves][::2] == ["real compute, all N", "simulated devices"]
-    for c in curves:
-        assert (c.fit is None) == bool(c.why) and len(c.times) == len(c.ns)
-        assert c.speedups[0] == 1.0
+def test_amdahl_curve_reports_a_fit_or_a_reason(launched):
+    c = amdahl_curve(launched[0][0], [1, 2], "wall clock")
+    assert c.label == "wall clock" and (c.fit is None) == bool(c.why)
+    assert len(c.times) == len(c.ns) == 2 and c.speedups[0] == 1.0
 
 
 def test_strong_scaling_computes_the_same_thing(launched):

@@ -1,7 +1,7 @@
 """Lab 10's experiments: scaling curves and the four bottleneck families, measured.
 
-    scaling_worker(ctx, sizes, ...)   strong + weak scaling of a DDP TinyGPT at N = 1, 2, 4(, 8)
-                                      ranks, real compute and simulated devices, in ONE launch
+    RunStats, ScalingResults, CurveFit   the records of a scaling run (twin.py runs it, on this
+                                      machine's clock or the emulated cluster's: one model of time)
     bottleneck_worker(ctx, ...)       2 ranks: a compute-bound vs a communication-bound step
                                       (Timeline + CommLedger); a measured pipeline bubble
 
@@ -14,20 +14,17 @@ One rank = one device = one core: the ranks run one intra-op thread each (``thre
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 
-from lab_utils.calc import fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.common import sgd_step
 from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.measure import CommLedger, Timeline
-from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params, lm_loss
-from lab_utils.parallel.data_parallel import BucketDDP
+from lab_utils.models import TinyGPT, ToyMLP, count_params, lm_loss
 
 
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
@@ -56,57 +53,10 @@ class RunStats:
     losses: tuple[float, ...] = ()   # the global batch's mean loss per step (real mode)
 
 
-def _train(ctx: Any, group: Any, n: int, rows: int, steps: int, cfg: GPTConfig,
-           sim_row_s: float | None) -> RunStats | None:
-    """``steps`` data-parallel steps on the first ``n`` ranks, ``rows`` sequences per rank.
-
-    Real mode: lab 04's BucketDDP (gradient buckets all-reduced during backward; the time left
-    in ``finish_gradient_synchronization`` is communication NOT hidden behind backward).
-    Simulated-device mode (``sim_row_s``): compute is a SLEEP of rows x sim_row_s seconds (a
-    device busy elsewhere; sleeping ranks do not compete for this machine's cores),
-    communication is the REAL all-reduce of the model's gradient buffer (2(n-1)/n x 4P bytes).
-    Returns rank 0's best step (wall and CPU time), its exposed communication, and the mean
-    loss over the global batch at every step (real mode).
-    """
-    model = TinyGPT(cfg, seed=0)
-    ddp = BucketDDP(model, group=group, broadcast_buffers=False) if sim_row_s is None else None
-    batches = token_batches(steps + 1, n * rows, cfg.seq_len, cfg.vocab_size, seed=1)
-    flat = torch.zeros(count_params(model))
-    walls, cpus, comms, losses, log = [], [], [], [], []
-    for i, batch in enumerate(batches):  # step 0 is a warm-up: first-call costs, not timed
-        x, y = shard_for_rank(batch, ctx.rank, n)  # this rank's rows: (rows, T)
-        dist.barrier(group=group)  # every rank starts the step together
-        t0, c0 = time.perf_counter(), time.process_time()
-        if ddp is not None:
-            loss = lm_loss(ddp(x), y)
-            loss.backward()  # buckets launch their all-reduce as their gradients arrive
-            t1 = time.perf_counter()
-            ddp.finish_gradient_synchronization()  # wait for what did not overlap
-        else:
-            time.sleep(rows * sim_row_s)  # the simulated device computes
-            t1 = time.perf_counter()
-            dist.all_reduce(flat, group=group)  # the real gradient all-reduce
-        t_comm = time.perf_counter() - t1
-        sgd_step(model)
-        log.append(time.perf_counter() - t0)
-        if i > 0:
-            walls.append(log[-1])
-            cpus.append(time.process_time() - c0)
-            comms.append(t_comm)
-        if ddp is not None:  # the global batch's mean loss (untimed): the same for every N
-            mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss, group=group)
-            losses.append(mean_loss.item() / n)
-    if ctx.rank != 0:
-        return None
-    best = min(range(steps), key=walls.__getitem__)
-    return RunStats(n=n, rows=rows, tokens=n * rows * cfg.seq_len, step_s=walls[best],
-                    cpu_s=min(cpus), comm_s=comms[best], log_s=tuple(log), losses=tuple(losses))
-
-
 @dataclass(frozen=True)
 class ScalingResults:
-    """Every run of scaling_worker: runs[mode][N]; mode in strong, weak, sim_strong, sim_weak."""
+    """Every run of twin.scaling_steps (this module's sibling): runs[mode][N]; mode in strong,
+    weak. The same worker runs on this machine's wall clock and on the emulated cluster's."""
 
     runs: dict[str, dict[int, RunStats]]
 
@@ -117,29 +67,6 @@ class ScalingResults:
         """Each N's logged step times (warm-up first): the input of the fit_serial_fraction
         exercise."""
         return [StepLog(n, r.log_s) for n, r in sorted(self.runs[mode].items())]
-
-
-def scaling_worker(ctx: Any, sizes: Sequence[int], global_batch: int = 32,
-                   per_rank_batch: int = 8, steps: int = 5, cfg: GPTConfig = SCALING_CONFIG,
-                   sim_row_s: float = 0.004) -> dict | None:
-    """Strong scaling (global batch fixed, ``global_batch / N`` rows per rank) and weak scaling
-    (``per_rank_batch`` rows per rank, global batch N x larger), at every N in ``sizes``, with
-    real compute and with simulated devices. ONE launch of max(sizes) ranks: the run at N uses
-    a subgroup of ranks 0..N-1 while the others wait in a barrier (blocked, using no CPU).
-    Rank 0 returns ScalingResults; the others None.
-    """
-    groups = {n: dist.new_group(list(range(n))) for n in sizes}  # every rank creates every group
-    runs: dict[str, dict[int, RunStats]] = {}
-    for mode in ("strong", "weak", "sim_strong", "sim_weak"):
-        for n in sizes:
-            rows = global_batch // n if mode.endswith("strong") else per_rank_batch
-            if ctx.rank < n:
-                stats = _train(ctx, groups[n], n, rows, steps, cfg,
-                               sim_row_s if mode.startswith("sim") else None)
-                if stats is not None:
-                    runs.setdefault(mode, {})[n] = stats
-            dist.barrier()  # the idle ranks wait here
-    return ScalingResults(runs) if ctx.rank == 0 else None
 
 
 @dataclass(frozen=True)
@@ -155,25 +82,6 @@ class CurveFit:
     @property
     def speedups(self) -> tuple[float, ...]:
         return tuple(self.times[0] / t for t in self.times)
-
-
-def fit_curves(res: ScalingResults, sizes: Sequence[int], cores: int) -> list[CurveFit]:
-    """Amdahl fits of three strong-scaling curves: real compute at every N, real compute only
-    where each rank has a core of its own, and the simulated devices."""
-    out = []
-    for label, mode, ns in (("real compute, all N", "strong", list(sizes)),
-                            (f"real compute, N <= {cores} cores", "strong",
-                             [n for n in sizes if n <= cores]),
-                            ("simulated devices", "sim_strong", list(sizes))):
-        times = tuple(res.get(mode, n).step_s for n in ns)
-        fit, why = None, "fewer than 2 points"
-        if len(ns) >= 2:
-            try:
-                fit, why = fit_serial_fraction(ns, list(times)), ""
-            except ValueError as e:  # e.g. the times do not fall with N
-                why = str(e).split(";")[0]
-        out.append(CurveFit(label, tuple(ns), times, fit, why))
-    return out
 
 
 def _comm_vs_compute(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
