@@ -18,7 +18,7 @@ from lab_utils.exercises import fsdp_unit_hooks, loss_scaler, mesh_groups
 from lab_utils.exercises.find_corrupt_rank import fingerprint
 from lab_utils.experiments.lab11.faults import dp_step
 from lab_utils.parallel.fsdp import UnitHooks
-from lab_utils.parallel.tensor_parallel.comm import _ReduceFromTP
+from lab_utils.parallel.tensor_parallel.comm import ReduceFromTP
 
 AVG, SUM = dist.ReduceOp.AVG, dist.ReduceOp.SUM
 
@@ -138,7 +138,7 @@ class FsdpRightPreDivide(UnitHooks):
 # ---------------------------------------------------------------------------- row_parallel
 def row_averages_partials(x_local, weight_local, bias, group):
     partial = F.linear(x_local, weight_local)
-    y = _ReduceFromTP.apply(partial / dist.get_world_size(group), group)  # the DDP habit
+    y = ReduceFromTP.apply(partial / dist.get_world_size(group), group)  # the DDP habit
     return y + bias
 
 
@@ -146,7 +146,7 @@ def row_bias_on_rank0(x_local, weight_local, bias, group):
     partial = F.linear(x_local, weight_local)
     if dist.get_rank(group) == 0:
         partial = partial + bias
-    return _ReduceFromTP.apply(partial, group)
+    return ReduceFromTP.apply(partial, group)
 
 
 class _SumThenIdentity(torch.autograd.Function):

@@ -31,10 +31,6 @@ EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = []
 # The same for private names imported across modules: (importing module, imported name).
 EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: set[tuple[str, str]] = {
     ("lab_utils.calc._layout_cost", "lab_utils.calc.activations._layer_bytes"),        # "calc"
-    ("lab_utils.exercises.row_parallel",                                              # "graders"
-     "lab_utils.parallel.tensor_parallel.comm._all_reduce"),
-    ("lab_utils.exercises.row_parallel",
-     "lab_utils.parallel.tensor_parallel.comm._ReduceFromTP"),
 }
 
 

@@ -24,12 +24,12 @@ import torch.nn.functional as F
 
 from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
                                        register)
-from lab_utils.parallel.tensor_parallel.comm import _all_reduce, _ReduceFromTP
+from lab_utils.parallel.tensor_parallel.comm import all_reduce_copy, ReduceFromTP
 
 
 def reference(x_local, weight_local, bias, group):
     partial = F.linear(x_local, weight_local)  # (B, T, N): this rank's share of the sum
-    y = _ReduceFromTP.apply(partial, group)  # g: all-reduce forward, identity backward
+    y = ReduceFromTP.apply(partial, group)  # g: all-reduce forward, identity backward
     return y + bias  # once, after the sum
 
 
@@ -38,18 +38,18 @@ def wrong_no_all_reduce(x_local, weight_local, bias, group):
 
 
 def wrong_bias_before_reduce(x_local, weight_local, bias, group):
-    return _ReduceFromTP.apply(F.linear(x_local, weight_local, bias), group)
+    return ReduceFromTP.apply(F.linear(x_local, weight_local, bias), group)
 
 
 class _AllReduceBoth(torch.autograd.Function):  # g with f's backward: wrong
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return _all_reduce(x, group)
+        return all_reduce_copy(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_reduce(grad, ctx.group), None
+        return all_reduce_copy(grad, ctx.group), None
 
 
 def wrong_all_reduce_in_backward(x_local, weight_local, bias, group):
@@ -57,7 +57,7 @@ def wrong_all_reduce_in_backward(x_local, weight_local, bias, group):
 
 
 def wrong_ignores_group(x_local, weight_local, bias, group):
-    return _ReduceFromTP.apply(F.linear(x_local, weight_local), None) + bias  # default group
+    return ReduceFromTP.apply(F.linear(x_local, weight_local), None) + bias  # default group
 
 
 PARTITIONS = (("the whole world (t = 4)", ((0, 1, 2, 3),)),
@@ -178,4 +178,4 @@ register(Exercise(
            "adds the bias on every rank before the all-reduce": wrong_bias_before_reduce,
            "all-reduces the gradient in backward too": wrong_all_reduce_in_backward,
            "all-reduces on the default group": wrong_ignores_group},
-    world_size=4, timeout_s=60.0, solution_helpers=(_all_reduce, _ReduceFromTP)))
+    world_size=4, timeout_s=60.0, solution_helpers=(all_reduce_copy, ReduceFromTP)))

@@ -41,7 +41,7 @@ SEQ_DIM = 1  # activations are (B, T, C)
 
 # -- helpers: the three collectives along a tensor dim -----------------------------------------
 
-def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
+def all_reduce_copy(x: torch.Tensor, group) -> torch.Tensor:
     x = x.contiguous().clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
     return x
@@ -86,15 +86,15 @@ class _CopyToTP(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_reduce(grad, ctx.group), None
+        return all_reduce_copy(grad, ctx.group), None
 
 
-class _ReduceFromTP(Function):
+class ReduceFromTP(Function):
     """g: all-reduce forward (sum the partial outputs of a row-parallel linear), identity backward."""
 
     @staticmethod
     def forward(ctx, x, group):
-        return _all_reduce(x, group)
+        return all_reduce_copy(x, group)
 
     @staticmethod
     def backward(ctx, grad):
@@ -108,7 +108,7 @@ def copy_to_tp(x: torch.Tensor, group) -> torch.Tensor:
 
 def reduce_from_tp(x: torch.Tensor, group) -> torch.Tensor:
     """g. Forward: one all-reduce of x's size (2(t-1)/t * D bytes per rank). Backward: nothing."""
-    return _ReduceFromTP.apply(x, group)
+    return ReduceFromTP.apply(x, group)
 
 
 # -- sequence parallelism ----------------------------------------------------------------------
