@@ -55,8 +55,8 @@ def check_cores() -> Check:
     cores = cpu_cores()
     if cores < 4:
         return Check("cpu cores", "WARN", f"{cores} cores: 4-rank labs are oversubscribed",
-                     "fine for learning: the labs say when timings measure the machine, and pipeline "
-                     "labs offer a simulated-compute mode; use >= 4 cores for timing experiments")
+                     "fine for learning: the timing lessons run on the emulated GPU cluster "
+                     "(lab_utils.twin), and the labs label raw timings that measure this machine")
     return Check("cpu cores", "OK", f"{cores} cores")
 
 
