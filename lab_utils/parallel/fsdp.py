@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lab_utils.parallel.backward_tls import without_autograd_context
+from lab_utils.parallel.collectives import all_reduce_flat
 from lab_utils.parallel.fsdp_units import WRAPPED, Unit, build_units, check_model
 from lab_utils.parallel.zero import AVG
 
@@ -200,10 +201,7 @@ class FSDP(nn.Module):
         reading data) are reduced now; anything still gathered or in flight is freed."""
         if self.sync and any(p.grad is not None for p in self.replicated.values()):
             grads = [p.grad for p in self.replicated.values() if p.grad is not None]
-            flat = torch.cat([g.reshape(-1) for g in grads])  # one all-reduce for all of them
-            dist.all_reduce(flat, op=AVG, group=self.group)
-            for g, avg in zip(grads, flat.split([g.numel() for g in grads])):
-                g.copy_(avg.view_as(g))
+            all_reduce_flat(grads, AVG, self.group)  # one all-reduce for all of them
         for unit in self.units:
             if unit.in_backward and not unit.reduced:
                 self._post_backward(unit)

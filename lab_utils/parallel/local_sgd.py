@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils.parallel.collectives import all_reduce_flat
+
 
 class DiLoCo:
     """Wrap a model and its inner optimizer; call ``step()`` after each ``loss.backward()``.
@@ -65,10 +67,10 @@ class DiLoCo:
     def sync(self) -> None:
         """Average the pseudo-gradients over the replicas (one all-reduce), take the outer
         step on the global parameters, and restart every replica from them."""
-        delta = torch.cat([(g - p).reshape(-1) for g, p in zip(self.global_params, self.params)])
-        dist.all_reduce(delta, op=dist.ReduceOp.AVG, group=self.group)
-        for g, d in zip(self.global_params, delta.split([g.numel() for g in self.global_params])):
-            g.grad = d.view_as(g).clone()
+        deltas = [g - p for g, p in zip(self.global_params, self.params)]
+        all_reduce_flat(deltas, dist.ReduceOp.AVG, self.group)  # one all-reduce for all of them
+        for g, d in zip(self.global_params, deltas):
+            g.grad = d
         self.outer.step()
         self.outer.zero_grad()
         for p, g in zip(self.params, self.global_params):

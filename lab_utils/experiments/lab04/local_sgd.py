@@ -15,6 +15,7 @@ from lab_utils.data import token_batches
 from lab_utils.experiments.common import rank_batches
 from lab_utils.measure import CommLedger
 from lab_utils.models import GPTConfig, TinyGPT
+from lab_utils.parallel.collectives import all_reduce_flat
 from lab_utils.parallel.local_sgd import DiLoCo
 from lab_utils.reference import default_loss
 
@@ -48,10 +49,7 @@ def low_communication(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
                 default_loss(model(x), y).backward()
                 if algo is None:
                     grads = [p.grad for p in model.parameters()]
-                    flat = torch.cat([g.reshape(-1) for g in grads])
-                    dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=ctx.group)
-                    for g, avg in zip(grads, flat.split([g.numel() for g in grads])):
-                        g.copy_(avg.view_as(g))
+                    all_reduce_flat(grads, dist.ReduceOp.AVG, ctx.group)
                     inner.step()
                     inner.zero_grad()
                 else:
