@@ -62,6 +62,10 @@ def _factor(x: torch.Tensor, ref: torch.Tensor, bound: float) -> float | None:
     denom = float((ref * ref).sum())
     if denom == 0:
         return None
+    if ref.numel() == 1:  # a scalar is always a multiple of another: only whole factors count
+        k = float(x.reshape(-1)[0]) / float(ref.reshape(-1)[0])
+        whole = [m for m in (k, 1 / k if k else 0.0) if m > 1 and abs(m - round(m)) < 1e-3 * m]
+        return k if whole else None
     k = float((x * ref).sum()) / denom
     fits = float((x - k * ref).abs().max()) <= max(abs(k), 1.0) * bound * 4
     return k if fits and abs(k - 1) > 1e-3 else None

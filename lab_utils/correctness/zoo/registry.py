@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab_utils.correctness.case import Case
-from lab_utils.correctness.zoo import reduction
+from lab_utils.correctness.zoo import loss, reduction, tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -16,4 +16,4 @@ class Bug:
     fixed: Case
 
 
-BUGS: tuple[Bug, ...] = tuple(Bug(*row) for module in (reduction,) for row in module.cases())
+BUGS: tuple[Bug, ...] = tuple(Bug(*row) for module in (reduction, loss, tensor_parallel) for row in module.cases())
