@@ -17,6 +17,7 @@ Diagnosis of a tensor beyond the bound, first match wins:
     off by a factor k     x = k * reference within the bound's tolerance: k = N is a SUM
                           where the reference takes a mean (an extra reduction), 1/N a
                           missing one or a mean taken twice
+    a different value     a scalar (a loss, a norm) off by no whole factor: another weighting
     differs               anything else (a mask, a wrong shard, wrong data)
 """
 from __future__ import annotations
@@ -104,6 +105,8 @@ def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dt
                "differs where it must be equal)")
     elif (k := _factor(x0, ref, bound)) is not None:
         why = _name_factor(k)
+    elif ref.numel() == 1:
+        why = "a different value: another weighting or normalisation, not a rounding"
     else:
         why = "differs (not a rounding and not a scale: a mask, a shard or data mixed up)"
     return Divergence(op, ranks, err, err / scale, bound, why), worst

@@ -9,6 +9,8 @@ its op and every fixed version is clean.
     reduction.py   SUM vs AVG, a ZeRO-2 that all-reduces
     loss.py        per-rank token means, accumulation undivided, MoE balance per rank
     tensor_parallel.py  TP groups from the wrong grid, dropout streams, clipping by a local norm
+    pipeline.py    a stage that skips the DP sync, tied embeddings across stages
+    context.py     ring attention across packed documents
     registry.py    Bug (name, source, expected op, buggy, fixed) and BUGS
     table.py       run_zoo: bisect every case, the table, the verdicts
 """
