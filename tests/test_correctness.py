@@ -5,7 +5,7 @@ import torch
 
 from lab_utils.cli import main as cli_main
 from lab_utils.correctness import (Case, FlatShard, Layout, LayoutError, Partial, Replicate,
-                                   Shard, reassemble, replicated)
+                                   Shard, bisect, reassemble, replicated)
 from lab_utils.correctness.bisector import judge, reference_events
 from lab_utils.correctness.compare import compare
 from lab_utils.correctness.zoo import BUGS, run_zoo
@@ -57,6 +57,23 @@ def test_a_layout_that_cannot_be_reassembled_names_the_tensor_and_the_layout():
         reassemble("emb.weight", replicated((0, 1)), {0: torch.ones(2)}, torch.Size([2]))
     with pytest.raises(ValueError, match="2 axes but 1 placements"):
         Layout(((0, 1), (2, 3)), (Shard(0),))
+
+
+def _one_weight(rec):
+    rec.grad("w", torch.ones(4, 3, dtype=torch.float64))
+
+
+def _declares_shards_of_a_replica(env, rec):
+    rec.grad("w", torch.ones(4, 3), Layout((0, 1, 2, 3), (Shard(0),)))  # each rank: all of it
+
+
+def test_bisect_refuses_pieces_that_do_not_fit_their_layout():
+    case = Case("wrong layout", 4, _declares_shards_of_a_replica, _one_weight)
+    with pytest.raises(LayoutError, match=r"'grad w', layout mesh \(0, 1, 2, 3\) \[Shard\(0\)\]"
+                       r".*shape \(16, 3\) but the reference has \(4, 3\)"):
+        bisect(case)
+    with pytest.raises(TypeError, match="a Case or a sequence of Cases"):
+        bisect("sum_vs_avg")
 
 
 def _nan_reference(rec):
