@@ -102,6 +102,14 @@ def test_the_diagnosis_names_a_factor_of_the_group_size_and_disagreeing_replicas
     assert ok is None and ratio < 1
 
 
+def test_cli_bisects_one_bug_and_its_fix(capsys):
+    assert cli_main(["bisect", "accum_undivided"]) == 1
+    out = capsys.readouterr().out
+    assert "accum_undivided: diverged at loss" in out and "exactly 2 x the reference" in out
+    assert cli_main(["bisect", "accum_undivided", "--fixed"]) == 0
+    assert "accum_undivided (fixed): clean" in capsys.readouterr().out
+
+
 def test_cli_names_an_unknown_bug(capsys):
     assert cli_main(["bisect", "no_such_bug"]) == 2
     assert "no bug named 'no_such_bug'; the zoo has: sum_vs_avg" in capsys.readouterr().err
