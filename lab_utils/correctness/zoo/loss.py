@@ -9,7 +9,8 @@ token_weighted   Each rank takes the mean over ITS micro-batch's real tokens, th
                  torchtune PR#1875 for accumulation on one device).
 accum_undivided  Gradient accumulation over K micro-batches without dividing each micro-loss by
                  K: the loss and every gradient are K times the reference's (the effective
-                 learning rate is K times too big; nanoGPT PR#207 for the logged value).
+                 learning rate is K times too big; nanoGPT#206 "loss.backward() without first
+                 normalizing"; transformers#37197: the loss scaled up by the accumulation steps).
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def cases() -> list[tuple[str, str, str, Case, Case]]:
          token(name="token_weighted", step=partial(accum_step, padded=True, how="token_mean")),
          token(name="token_weighted (fixed)",
                step=partial(accum_step, padded=True, how="global_tokens"))),
-        ("accum_undivided", "karpathy/nanoGPT#207", "loss",
+        ("accum_undivided", "karpathy/nanoGPT#206, huggingface/transformers#37197", "loss",
          plain(name="accum_undivided", step=partial(accum_step, padded=False, how="undivided")),
          plain(name="accum_undivided (fixed)",
                step=partial(accum_step, padded=False, how="divided"))),
