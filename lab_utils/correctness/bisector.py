@@ -133,6 +133,19 @@ def _narrow(key: str, layout: Layout, held: dict[int, torch.Tensor], ref: torch.
     return wrong or div.ranks
 
 
+REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
+
+
+def _groups_of_size(factor: float | None, per_rank: list[Counts]) -> str:
+    """The groups that reduced and whose size is the whole factor: the likely culprits."""
+    if factor is None:
+        return ""
+    k = round(max(factor, 1 / factor)) if factor else 0
+    groups = sorted({ranks for counts in per_rank for (op, ranks) in counts
+                     if op in REDUCTIONS and len(ranks) == k})
+    return f"; groups of {k} ranks that reduced: {groups}" if groups else ""
+
+
 def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) -> BisectReport:
     """Compare one case's rank records with its reference; the first wrong op wins."""
     table, flags = _collectives(case, [c for _, c in per_rank])
@@ -149,6 +162,7 @@ def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) 
         n += 1
         if div is not None:
             div.ranks = _narrow(key, layout, held, event.tensor, div)
+            div.diagnosis += _groups_of_size(div.factor, [c for _, c in per_rank])
             return BisectReport(case.name, "diverged", key, div, flags, table, n, worst)
         worst = max(worst, ratio)
     verdict = "collectives differ" if flags else "clean"
