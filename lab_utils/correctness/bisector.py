@@ -40,7 +40,6 @@ from lab_utils.runtime.launch import run
 RankPieces = dict[str, tuple[torch.Tensor, Layout | None]]
 Counts = dict[tuple[str, tuple[int, ...]], int]  # (op, group ranks) -> calls on this rank
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
-P2P = ("send", "recv")
 
 
 @dataclass
@@ -55,8 +54,9 @@ class BisectReport:
     worst_ratio: float = 0.0  # largest error / bound among the ops before the first wrong one
 
     def __str__(self) -> str:
+        where = " before it" if self.divergence else ""
         lines = [f"{self.case}: {self.verdict}" + (f" at {self.op}" if self.op else "")
-                 + f" ({self.n_ops} tensors compared; worst error/bound before it "
+                 + f" ({self.n_ops} tensors compared; worst error/bound{where} "
                  f"{self.worst_ratio:.2g})"]
         if self.divergence:
             lines.append(f"  {self.divergence}")
@@ -89,24 +89,19 @@ def reference_events(case: Case) -> Recorder:
 
 
 def _collectives(case: Case, per_rank: list[Counts]) -> tuple[dict, list[str]]:
-    groups: dict[tuple[int, ...], dict[str, list[int]]] = {}
-    for rank, counts in enumerate(per_rank):
-        for (op, ranks), n in counts.items():
-            groups.setdefault(ranks, {}).setdefault(op, [0] * len(per_rank))[rank] = n
-    flags, table = [], {}
-    for ranks, ops in sorted(groups.items()):
-        table[str(ranks)] = {op: max(ns) for op, ns in sorted(ops.items())}
-        for op, ns in ops.items():  # point-to-point ops pair up different ranks: not checked
-            if op not in P2P and len({ns[r] for r in ranks}) > 1:
-                flags.append(f"{op} on group {ranks}: members made {[ns[r] for r in ranks]} "
-                             "calls (a collective some members skip)")
+    """Calls per group and op (as its first member counted them), and the promises broken.
+    (Members that disagree on a collective's count do not get here: gloo would hang first.)"""
+    counts: dict[tuple[int, ...], dict[str, int]] = {}
+    for (op, ranks), n in sorted({k: v for c in per_rank for k, v in c.items()}.items()):
+        counts.setdefault(ranks, {})[op] = per_rank[ranks[0]].get((op, ranks), n)
+    flags = []
     for op, ranks, want in case.expect:
-        got = max(groups.get(tuple(ranks), {}).get(op, [0]))
+        got = counts.get(tuple(ranks), {}).get(op, 0)
         if got != want:
             kind = "extra" if got > want else "missing"
             flags.append(f"{op} on group {tuple(ranks)}: {got} calls per rank, the configuration "
                          f"promises {want} ({kind} {abs(got - want)})")
-    return table, flags
+    return {str(r): ops for r, ops in counts.items()}, flags
 
 
 def _gather(key: str, per_rank: list[RankPieces]) -> tuple[Layout, dict[int, torch.Tensor]]:
