@@ -1,6 +1,8 @@
 """The labs' timing lessons on the emulated cluster (lab_utils.twin), asserted on the EMULATED
 clock (deterministic: the virtual clock never reads this machine's time).
 
+Lab 03: all-reduce times fit alpha-beta (r^2 >= 0.99), the fitted slope's busbw is the link's
+bandwidth, and across nodes the hierarchical all-reduce beats one flat ring as calc says.
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
 weak scaling stays near N and just below Gustafson's line.
@@ -10,11 +12,43 @@ from __future__ import annotations
 import pytest
 
 from lab_utils import twin
-from lab_utils.calc import gustafson_speedup
+from lab_utils.calc import (bus_bandwidth, collective_time, fit_alpha_beta, gustafson_speedup,
+                            hierarchical_time)
+from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
 from lab_utils.experiments.lab06 import twin as lab06_twin
 from lab_utils.experiments.lab10 import twin as lab10_twin
 from lab_utils.models import GPTConfig
+
+
+
+def test_all_reduce_fits_alpha_beta_and_busbw_is_the_link():
+    sizes = [48 * 4**k for k in (0, 2, 4, 6)]
+    c = lab03_twin.node_cluster(4)
+    em = twin.emulate(lab03_twin.timed_sweep, 4, c, sizes, [2, 4], quiet=True, timeout_s=120)
+    assert em.unknown == [] and sorted(em.results[0]) == [2, 4]
+    for n, times in em.results[0].items():
+        for impl, t in times.items():  # gloo's all_reduce (charged whole) and our ring (sends)
+            fit = fit_alpha_beta(sizes, t)
+            assert fit.r2 >= 0.99, (n, impl)
+            assert fit.alpha_s == pytest.approx(2 * (n - 1) * c.intra.latency_s, rel=1e-3)
+            busbw = bus_bandwidth("all_reduce", n, fit.bandwidth)
+            assert busbw == pytest.approx(c.intra.bytes_per_s, rel=1e-3), (n, impl)
+
+
+def test_hierarchical_beats_one_flat_ring_across_nodes_as_calc_says():
+    c, d = lab03_twin.nodes_cluster(2, 2), 14e9  # 1 KiB floats charged as 14 GB of gradients
+    em = twin.emulate(lab03_twin.hierarchy_times, 4, c, 2, 1024,
+                      scale=lab03_twin.charged_as(4096, d), quiet=True, timeout_s=120)
+    t = em.results[0]
+    nv, ib = (c.intra.latency_s, c.intra.bytes_per_s), (c.inter.latency_s, c.inter.bytes_per_s)
+    flat = collective_time("all_reduce", 4, d, *ib)
+    hier = hierarchical_time("all_reduce", 2, 2, d, *nv, *ib)
+    assert t["one flat ring (sends)"] == pytest.approx(flat, rel=1e-3)
+    assert t["hierarchical (sends)"] == pytest.approx(hier, rel=1e-3)  # full-duplex steps
+    assert t["dist.all_reduce"] == pytest.approx(hier, rel=1e-3)  # the faster of the two
+    assert flat > 2 * hier
+
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
 L4 = twin.Cluster.preset("10GbE L4", nodes=2, gpus_per_node=2)  # lab 04's cluster

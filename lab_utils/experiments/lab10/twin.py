@@ -24,19 +24,13 @@ from lab_utils import twin
 from lab_utils.calc import fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
-from lab_utils.experiments.common import sgd_step
+from lab_utils.experiments.common import clock_now, sgd_step
 from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.models import GPTConfig, TinyGPT, count_params, lm_loss
 from lab_utils.parallel.data_parallel import BucketDDP
 
 FULL_MODEL = "gpt2-xl"        # whose FLOPs and gradient bytes the emulated clock charges
 FULL_TOKENS = 2**17           # its global batch per step (tokens): 128 Ki tokens
-
-
-def _now() -> float:
-    """Emulated seconds on the twin, this machine's wall clock otherwise."""
-    t = twin.now()
-    return time.perf_counter() if t is None else t
 
 
 def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
@@ -50,14 +44,14 @@ def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
     for batch in token_batches(steps + 1, n * rows, cfg.seq_len, cfg.vocab_size, seed=1):
         x, y = shard_for_rank(batch, ctx.rank, n)  # this rank's rows: (rows, T)
         dist.barrier(group=group)  # every rank starts the step together
-        t0, c0 = _now(), time.process_time()
+        t0, c0 = clock_now(), time.process_time()
         loss = lm_loss(ddp(x), y)
         loss.backward()  # buckets launch their all-reduce as their gradients arrive
-        t1 = _now()
+        t1 = clock_now()
         ddp.finish_gradient_synchronization()  # wait for what did not overlap
-        comms.append(_now() - t1)
+        comms.append(clock_now() - t1)
         sgd_step(model)
-        logs.append(_now() - t0)
+        logs.append(clock_now() - t0)
         cpus.append(time.process_time() - c0)
         mean_loss = loss.detach().clone()  # the global batch's mean loss (after the step)
         dist.all_reduce(mean_loss, group=group)
