@@ -3,6 +3,8 @@ clock (deterministic: the virtual clock never reads this machine's time).
 
 Lab 03: all-reduce times fit alpha-beta (r^2 >= 0.99), the fitted slope's busbw is the link's
 bandwidth, and across nodes the hierarchical all-reduce beats one flat ring as calc says.
+Lab 05: FSDP's prefetch hides all-gathers under compute (ours and torch's fully_shard, equal
+times), and ZeRO-3's extra all-gather costs far less step time than traffic.
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
 weak scaling stays near N and just below Gustafson's line.
@@ -16,6 +18,7 @@ from lab_utils.calc import (bus_bandwidth, collective_time, fit_alpha_beta, gust
                             hierarchical_time)
 from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
+from lab_utils.experiments.lab05 import twin as lab05_twin
 from lab_utils.experiments.lab06 import twin as lab06_twin
 from lab_utils.experiments.lab10 import twin as lab10_twin
 from lab_utils.models import GPTConfig
@@ -48,6 +51,21 @@ def test_hierarchical_beats_one_flat_ring_across_nodes_as_calc_says():
     assert t["hierarchical (sends)"] == pytest.approx(hier, rel=1e-3)  # full-duplex steps
     assert t["dist.all_reduce"] == pytest.approx(hier, rel=1e-3)  # the faster of the two
     assert flat > 2 * hier
+
+
+def test_fsdp_prefetch_and_zero3_vs_zero2_on_the_emulated_clock():
+    cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=3, n_head=4, d_model=64)
+    names = ("FSDP", "FSDP prefetch", "FSDP keep, prefetch", "fully_shard prefetch")
+    em = twin.emulate(lab05_twin.fsdp_steps, 4, lab05_twin.fsdp_cluster(), cfg, 2, names,
+                      scale=lab05_twin.fsdp_scale(cfg, 2), quiet=True, timeout_s=240)
+    assert em.unknown == []
+    p = lab05_twin.step_points(em)
+    off, on, keep = p["FSDP"], p["FSDP prefetch"], p["FSDP keep, prefetch"]
+    assert off.hidden_s == 0.0 < on.hidden_s and on.step_s < off.step_s
+    assert on.compute_s == pytest.approx(off.compute_s, rel=1e-9)  # the same FLOPs either way
+    assert p["fully_shard prefetch"].step_s == pytest.approx(on.step_s, rel=1e-9)
+    assert on.comm_s > 1.2 * keep.comm_s  # ZeRO-3 all-gathers again in backward
+    assert 1 < on.step_s / keep.step_s < on.comm_s / keep.comm_s  # mostly hidden
 
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)

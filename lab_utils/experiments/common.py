@@ -1,5 +1,6 @@
 """Helpers the labs' experiments share, in one place: this rank's batches, the mean over ranks,
-plain SGD written out, a span that times nothing, and the clock a rank runs on (emulated or wall).
+plain SGD written out, a span that times nothing, the clock a rank runs on (emulated or wall) and
+one window of an emulated run.
 
 Each runs on a rank (inside a function launched with ``lab_utils.run``) and uses the rank's own
 group; none holds state.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
@@ -58,3 +60,15 @@ def clock_now() -> float:
     unchanged on both clocks."""
     t = twin.now()
     return time.perf_counter() if t is None else t
+
+
+def emulated_window(em: twin.Emulation, bounds: list) -> twin.Emulation:
+    """One window of an emulated run as an Emulation of its own: rank r's spans that start in
+    ``bounds[r] = (start, end)`` (its emulated clock), shifted to start at 0 (``twin.figure``
+    draws it; ``busy`` and ``overlap`` measure it)."""
+    recs = []
+    for rec, (a, b) in zip(em.records, bounds):
+        spans = [dict(s, start=s["start"] - a, end=s["end"] - a) for s in rec.spans
+                 if a <= s["start"] < b]
+        recs.append(replace(rec, spans=spans, steps=[b - a], end=b - a))
+    return twin.Emulation(em.cluster, em.scale, recs)
