@@ -7,15 +7,16 @@ Lab 05: FSDP's prefetch hides all-gathers under compute (ours and torch's fully_
 times), and ZeRO-3's extra all-gather costs far less step time than traffic.
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
-weak scaling stays near N and just below Gustafson's line.
+weak scaling stays near N and just below Gustafson's line; lab 07's 1F1B step (real compute)
+idles a little more than (p-1)/(m+p-1), less with more micro-batches.
 Lab 06: the same TP step across two nodes pays far more than inside one; a pipeline step little."""
 from __future__ import annotations
 
 import pytest
 
 from lab_utils import twin
-from lab_utils.calc import (bus_bandwidth, collective_time, fit_alpha_beta, gustafson_speedup,
-                            hierarchical_time)
+from lab_utils.calc import (bubble, bus_bandwidth, collective_time, fit_alpha_beta,
+                            gustafson_speedup, hierarchical_time)
 from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
 from lab_utils.experiments.lab05 import twin as lab05_twin
@@ -124,6 +125,16 @@ def test_weak_scaling_stays_just_below_gustafson(scaling):
         t_n = scaling.get("weak", n).step_s
         s = 1 - t1 / t_n
         assert 0.5 * n < n * t1 / t_n <= gustafson_speedup(s, n)
+
+
+def test_pipeline_bubble_on_the_emulated_clock_follows_the_formula():
+    em = twin.emulate(lab10_twin.bubble_steps, 2, lab10_twin.bubble_cluster(), [2, 8],
+                      scale=lab10_twin.bubble_scale(), quiet=True, timeout_s=240)
+    assert em.unknown == []
+    idle = lab10_twin.bubbles(em)
+    assert idle[8] < idle[2]
+    for m, b in idle.items():  # a little above: the last stage also computes the head
+        assert 0 < b - bubble("1f1b", 2, m).of_total < 0.03, (m, b)
 
 
 def test_tp_pays_the_network_far_more_than_pp():
