@@ -9,7 +9,8 @@ emulated GPU cluster (``lab_utils.twin``).
     scaling_scale(cfg, tokens)       the lab's Scale: a GPT-2 XL's FLOPs and gradient bytes
     amdahl_curve(res, sizes, label)  the strong-scaling curve and its Amdahl fit
     bubble_steps(ctx, ms)            lab 07's 1F1B step (real compute) for each m, marked on the
-                                     emulated clock; ``bubbles(em)`` its idle share per m
+                                     emulated clock; ``bubbles(em)`` its idle share per m,
+                                     ``bubble_window(em, i)`` the i-th step (for twin.figure)
     bubble_cluster() / bubble_scale()   2 GPUs of one DGX H100 node; each layer charged as a
                                      full-width one (lab 06's ``layer_scale``)
 
@@ -131,13 +132,18 @@ def bubble_steps(ctx: Any, ms: Sequence[int], micro_batch: int = 2
     return out
 
 
+def bubble_window(em: twin.Emulation, i: int) -> twin.Emulation:
+    """The ``i``-th measured step of a ``bubble_steps`` run, from 0 (what ``twin.figure`` draws)."""
+    return emulated_window(em, [rec.result[i][1:] for rec in em.records])
+
+
 def bubbles(em: twin.Emulation) -> dict[int, float]:
     """{m: mean idle share of the ranks' compute streams} of a ``bubble_steps`` run, over each
     measured step (``calc.bubble_from_timeline``, global window)."""
     out = {}
     for i, (m, *_) in enumerate(em.results[0]):
-        one = emulated_window(em, [rec.result[i][1:] for rec in em.records])
-        out[m] = bubble_from_timeline([s for s in one.spans if s["stream"] == "compute"]).mean
+        spans = bubble_window(em, i).spans
+        out[m] = bubble_from_timeline([s for s in spans if s["stream"] == "compute"]).mean
     return out
 
 
