@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lab_utils.correctness.matrix import (QUICK_LAYOUTS, Compared, Layout, References,
-                                          all_layouts, compare, counts, illegal, layout_matrix,
+from lab_utils.correctness.matrix import (QUICK_PLANS, Compared, Plan, References,
+                                          all_plans, compare, counts, illegal, layout_matrix,
                                           merge)
 
 
@@ -18,29 +18,29 @@ def refs() -> References:
 
 
 def test_layout_names_the_bad_field():
-    for kwargs, field in [({"tp": 0}, "Layout.tp"), ({"dp_kind": "zero3"}, "Layout.dp_kind"),
-                          ({"schedule": "1f2b"}, "Layout.schedule"), ({"bug": "x"}, "Layout.bug")]:
+    for kwargs, field in [({"tp": 0}, "Plan.tp"), ({"dp_kind": "zero3"}, "Plan.dp_kind"),
+                          ({"schedule": "1f2b"}, "Plan.schedule"), ({"bug": "x"}, "Plan.bug")]:
         with pytest.raises(ValueError, match=field):
-            Layout(**kwargs)
+            Plan(**kwargs)
 
 
 def test_illegal_layouts_say_why():
-    assert "n_head" in illegal(Layout(tp=8))
-    assert "n_layer" in illegal(Layout(pp=4, schedule="interleaved"))
-    assert "dp only" in illegal(Layout(dp=2, tp=2, dp_kind="zero1"))
+    assert "n_head" in illegal(Plan(tp=8))
+    assert "n_layer" in illegal(Plan(pp=4, schedule="interleaved"))
+    assert "dp only" in illegal(Plan(dp=2, tp=2, dp_kind="zero1"))
     with pytest.raises(ValueError, match="tp8 cannot run: tp=8 does not divide"):
-        layout_matrix([Layout(tp=8)])
+        layout_matrix([Plan(tp=8)])
 
 
-def test_all_layouts_are_legal_distinct_and_fit():
-    layouts = all_layouts(8)
+def test_all_plans_are_legal_distinct_and_fit():
+    layouts = all_plans(8)
     assert len({lay.name for lay in layouts}) == len(layouts)
     assert all(illegal(lay) is None and lay.size <= 8 for lay in layouts)
     families = {lay.family for lay in layouts}
     assert {"DP", "ZeRO", "FSDP", "TP", "PP", "CP", "composed", "control"} <= families
     assert {lay.schedule for lay in layouts if lay.pp > 1} == {"gpipe", "1f1b", "interleaved",
                                                                "zb-h1", "zb-h2"}
-    assert all(lay.size <= 4 for lay in QUICK_LAYOUTS)
+    assert all(lay.size <= 4 for lay in QUICK_PLANS)
 
 
 def test_bound_holds_for_float32_and_catches_a_bug(refs):
@@ -55,17 +55,17 @@ def test_bound_holds_for_float32_and_catches_a_bug(refs):
 def test_merge_refuses_a_layout_that_left_parameters_out(refs):
     held = Compared(names=["head.weight"])
     with pytest.raises(ValueError, match="dp2: no rank compared"):
-        merge(Layout(dp=2), [held, None], set(refs.w32))
+        merge(Plan(dp=2), [held, None], set(refs.w32))
     with pytest.raises(ValueError, match="head.weight: reassembled"):
         compare({"head.weight": refs.w32["head.weight"][:3]}, refs)
 
 
 def test_every_technique_on_two_ranks_earns_its_verdict():
-    layouts = [Layout(), Layout(dp=2), Layout(dp=2, dp_kind="zero2"),
-               Layout(dp=2, dp_kind="fsdp"), Layout(tp=2, sp=True), Layout(pp=2),
-               Layout(pp=2, schedule="interleaved"), Layout(cp=2), Layout(dp=2, bug="sum")]
+    layouts = [Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero2"),
+               Plan(dp=2, dp_kind="fsdp"), Plan(tp=2, sp=True), Plan(pp=2),
+               Plan(pp=2, schedule="interleaved"), Plan(cp=2), Plan(dp=2, bug="sum")]
     cells = layout_matrix(layouts, steps=2, timeout_s=120)
-    got = {c.layout.name: c.verdict for c in cells}
+    got = {c.plan.name: c.verdict for c in cells}
     assert got.pop("1 rank") == "bitwise"  # the same ops in the same order, on a rank
     assert got.pop("dp2 BUG:sum") == "wrong"
     assert set(got.values()) == {"close"}, got
@@ -77,9 +77,9 @@ def test_heatmap_has_one_row_per_family_and_a_colour_per_verdict():
     from lab_utils.correctness.matrix import Cell
     from lab_utils.viz.layout_matrix import layout_matrix_figure
 
-    cells = [Cell(Layout(), "bitwise", 0.1, 1e-7, 0.0), Cell(Layout(dp=2), "close", 0.1, 1e-7,
-             7e-9), Cell(Layout(dp=4), "close", 0.1, 1e-7, 7e-9),
-             Cell(Layout(dp=2, bug="sum"), "wrong", 2e4, 1e-2, 1e-2)]
+    cells = [Cell(Plan(), "bitwise", 0.1, 1e-7, 0.0), Cell(Plan(dp=2), "close", 0.1, 1e-7,
+             7e-9), Cell(Plan(dp=4), "close", 0.1, 1e-7, 7e-9),
+             Cell(Plan(dp=2, bug="sum"), "wrong", 2e4, 1e-2, 1e-2)]
     heat = layout_matrix_figure(cells).data[0]
     assert list(heat.y) == ["single", "DP", "control"]
     assert [list(r) for r in heat.z] == [[0, None], [1, 1], [2, None]]

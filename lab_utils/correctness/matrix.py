@@ -3,7 +3,7 @@ layout of DP, ZeRO-1/2, FSDP, TP (+SP), PP (each schedule) and CP that fits in 8
 compared with the single-process reference after the last step, parameter by parameter.
 
     cells = layout_matrix(world_size=8)              # one launch runs every layout
-    cells[i].verdict                                 # "bitwise" | "close" | "wrong"
+    cells[i].plan, cells[i].verdict                  # "bitwise" | "close" | "wrong"
 
 Each cell is one of three verdicts on the final weights (every parameter, reassembled from
 whatever shards the layout keeps):
@@ -63,8 +63,9 @@ U32 = 2.0**-24  # float32 unit roundoff
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One cell: degrees on each axis (their product = ranks used) and the variant of each."""
+class Plan:
+    """One cell's parallelism plan: the degree of each axis (their product = the ranks it uses)
+    and the variant of each. (Not ``correctness.Layout``, which is ONE tensor's placement.)"""
 
     dp: int = 1
     tp: int = 1
@@ -79,14 +80,14 @@ class Layout:
         for axis in ("dp", "tp", "pp", "cp"):
             size = getattr(self, axis)
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-                raise ValueError(f"Layout.{axis} must be a positive integer, got {size!r}")
+                raise ValueError(f"Plan.{axis} must be a positive integer, got {size!r}")
         if self.dp_kind not in DP_KINDS:
-            raise ValueError(f"Layout.dp_kind must be one of {DP_KINDS}, got {self.dp_kind!r}")
+            raise ValueError(f"Plan.dp_kind must be one of {DP_KINDS}, got {self.dp_kind!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"Layout.schedule must be one of {tuple(SCHEDULES)}, "
+            raise ValueError(f"Plan.schedule must be one of {tuple(SCHEDULES)}, "
                              f"got {self.schedule!r}")
         if self.bug not in ("", "sum"):
-            raise ValueError(f"Layout.bug must be '' or 'sum', got {self.bug!r}")
+            raise ValueError(f"Plan.bug must be '' or 'sum', got {self.bug!r}")
 
     @property
     def size(self) -> int:
@@ -118,7 +119,7 @@ class Layout:
         return axes[0].upper() if axes else "single"
 
 
-def illegal(layout: Layout, cfg: GPTConfig = CFG, batch: int = BATCH) -> str | None:
+def illegal(layout: Plan, cfg: GPTConfig = CFG, batch: int = BATCH) -> str | None:
     """Why this layout cannot run on this model and batch, or None if it can."""
     rows = batch // layout.dp
     v = SCHEDULES[layout.schedule][1] if layout.pp > 1 else 1
@@ -139,23 +140,23 @@ def illegal(layout: Layout, cfg: GPTConfig = CFG, batch: int = BATCH) -> str | N
     return next((why for bad, why in checks if bad), None)
 
 
-def all_layouts(max_ranks: int = 8) -> list[Layout]:
+def all_plans(max_ranks: int = 8) -> list[Plan]:
     """Every legal layout within max_ranks: each grid of degrees (powers of 2) with DDP and 1F1B,
     then each dp kind, each schedule and SP on the single-axis grids, then the planted control."""
     pows = [2**i for i in range(int(math.log2(max_ranks)) + 1)]
-    grids = [Layout(dp, tp, pp, cp) for dp in pows for tp in pows for pp in pows for cp in pows
+    grids = [Plan(dp, tp, pp, cp) for dp in pows for tp in pows for pp in pows for cp in pows
              if dp * tp * pp * cp <= max_ranks]
     variants = [replace(g, dp_kind=k) for g in grids for k in DP_KINDS[1:] if g.size == g.dp > 1]
     variants += [replace(g, schedule=s) for g in grids for s in SCHEDULES
                  if s != "1f1b" and g.size == g.pp > 1]
     variants += [replace(g, sp=True) for g in grids if g.size == g.tp > 1]
     out = [lay for lay in grids + variants if illegal(lay) is None]
-    return sorted(out, key=lambda lay: lay.size) + [Layout(dp=2, bug="sum")]
+    return sorted(out, key=lambda lay: lay.size) + [Plan(dp=2, bug="sum")]
 
 
-QUICK_LAYOUTS = (Layout(), Layout(dp=2), Layout(dp=2, dp_kind="zero1"), Layout(dp=2, dp_kind="fsdp"),
-                 Layout(tp=2), Layout(tp=2, sp=True), Layout(pp=2), Layout(pp=2, schedule="zb-h1"),
-                 Layout(cp=2), Layout(dp=2, tp=2), Layout(dp=2, bug="sum"))
+QUICK_PLANS = (Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero1"), Plan(dp=2, dp_kind="fsdp"),
+                 Plan(tp=2), Plan(tp=2, sp=True), Plan(pp=2), Plan(pp=2, schedule="zb-h1"),
+                 Plan(cp=2), Plan(dp=2, tp=2), Plan(dp=2, bug="sum"))
 
 
 # ---- the references (one process) ---------------------------------------------------------
@@ -281,7 +282,7 @@ def _owned(model: TinyGPT, pp: int, stage: int, v: int) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in mine}
 
 
-def _train_pipeline(lay: Layout, rank: int, groups: Groups, data: list, steps_tag: int
+def _train_pipeline(lay: Plan, rank: int, groups: Groups, data: list, steps_tag: int
                     ) -> dict[str, torch.Tensor]:
     topo = Topology(dp=lay.dp, tp=lay.tp, pp=lay.pp)
     c = topo.coords(rank)
@@ -312,7 +313,7 @@ def _train_pipeline(lay: Layout, rank: int, groups: Groups, data: list, steps_ta
     return {n: w.detach() for n, w in full.items() if n in owned}
 
 
-def _train_cp(lay: Layout, rank: int, groups: Groups, data: list) -> dict[str, torch.Tensor]:
+def _train_cp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, torch.Tensor]:
     topo = Topology(dp=lay.dp, tp=lay.cp)  # the cp ranks are the consecutive (inner) axis
     c = topo.coords(rank)
     cp_group = groups.mine(topo, rank, "tp")
@@ -329,7 +330,7 @@ def _train_cp(lay: Layout, rank: int, groups: Groups, data: list) -> dict[str, t
     return {n: p.detach() for n, p in model.named_parameters()}
 
 
-def _train_dp_tp(lay: Layout, rank: int, groups: Groups, data: list) -> dict[str, torch.Tensor]:
+def _train_dp_tp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, torch.Tensor]:
     topo = Topology(dp=lay.dp, tp=lay.tp)
     c = topo.coords(rank)
     dp_group, tp_group = groups.mine(topo, rank, "dp"), groups.mine(topo, rank, "tp")
@@ -362,7 +363,7 @@ def _train_dp_tp(lay: Layout, rank: int, groups: Groups, data: list) -> dict[str
     return {n: w.detach() for n, w in full.items()}
 
 
-def matrix_worker(ctx: Any, layouts: list[Layout], refs: References) -> list[Compared | None]:
+def matrix_worker(ctx: Any, layouts: list[Plan], refs: References) -> list[Compared | None]:
     """Every layout in turn on ranks 0..size-1 of this launch; each rank compares what it holds
     (None: the rank had no part in that layout)."""
     groups, out = Groups(), []
@@ -393,7 +394,7 @@ def matrix_worker(ctx: Any, layouts: list[Layout], refs: References) -> list[Com
 class Cell:
     """One layout's verdict: over every rank and every parameter of the final weights."""
 
-    layout: Layout
+    plan: Plan
     verdict: str  # "bitwise" | "close" | "wrong"
     ratio: float  # max |w - w64| / bound
     err: float  # max |w - w64|
@@ -404,7 +405,7 @@ def verdict(bitwise: bool, ratio: float) -> str:
     return "bitwise" if bitwise else ("close" if ratio <= 1.0 else "wrong")
 
 
-def merge(layout: Layout, per_rank: list[Compared | None], names: set[str]) -> Cell:
+def merge(layout: Plan, per_rank: list[Compared | None], names: set[str]) -> Cell:
     """One cell from what every rank compared; every parameter must have been compared."""
     held = [c for c in per_rank if c is not None]
     missing = names - {n for c in held for n in c.names}
@@ -416,7 +417,7 @@ def merge(layout: Layout, per_rank: list[Compared | None], names: set[str]) -> C
                 max(c.err32 for c in held))
 
 
-def layout_matrix(layouts: list[Layout] | tuple[Layout, ...], steps: int = 3,
+def layout_matrix(layouts: list[Plan] | tuple[Plan, ...], steps: int = 3,
                   world_size: int | None = None, **run_kwargs: Any) -> list[Cell]:
     """Train every layout ``steps`` SGD steps in ONE launch and judge each against the
     references. world_size defaults to the largest layout's size."""

@@ -17,15 +17,15 @@ COLOURS = ("#2ca02c", "#9ecae1", "#d62728")  # green, pale blue, red
 
 
 def layout_matrix_figure(cells: Sequence[Any], width: int = FIGURE_WIDTH) -> go.Figure:
-    """One row per family (``cell.layout.family``), its layouts side by side. ``cells``: the
+    """One row per family (``cell.plan.family``), its layouts side by side. ``cells``: the
     ``Cell`` list of ``layout_matrix`` (fields layout, verdict, err32, ratio)."""
     if not cells:
         raise ValueError("cells is empty: run layout_matrix first")
     families: list[str] = []
     for c in cells:
-        if c.layout.family not in families:
-            families.append(c.layout.family)
-    rows = {f: [c for c in cells if c.layout.family == f] for f in families}
+        if c.plan.family not in families:
+            families.append(c.plan.family)
+    rows = {f: [c for c in cells if c.plan.family == f] for f in families}
     ncol = max(len(r) for r in rows.values())
     z = [[None] * ncol for _ in families]
     text = [[""] * ncol for _ in families]
@@ -33,8 +33,8 @@ def layout_matrix_figure(cells: Sequence[Any], width: int = FIGURE_WIDTH) -> go.
     for i, f in enumerate(families):
         for j, c in enumerate(rows[f]):
             z[i][j] = VERDICTS.index(c.verdict)
-            text[i][j] = f"{c.layout.name}<br>{c.err32:.0e}" if c.err32 else c.layout.name
-            hover[i][j] = (f"{c.layout.name}: {c.verdict}; max |w - w32| = {c.err32:.2e}, "
+            text[i][j] = f"{c.plan.name}<br>{c.err32:.0e}" if c.err32 else c.plan.name
+            hover[i][j] = (f"{c.plan.name}: {c.verdict}; max |w - w32| = {c.err32:.2e}, "
                            f"|w - w64| / bound = {c.ratio:.2g}")
     # a stepped colour scale: verdict k (z = 0, 1, 2) owns the band [k/3, (k+1)/3]
     scale = [[(k + edge) / 3, col] for k, col in enumerate(COLOURS) for edge in (0, 1)]
