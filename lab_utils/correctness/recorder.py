@@ -1,0 +1,114 @@
+"""What one training step computed, tensor by tensor, in execution order (lab 14).
+
+The same Recorder runs in the float64 single-process reference and on every rank:
+
+    rec.watch(model, layout)     forward hooks: every submodule's output, by its name
+                                 (the reference also notes the order gradients arrive in)
+    rec.loss(loss, layout)       the loss the step back-propagates (summed over micro-batches)
+    rec.grads(model, layout)     every parameter's .grad, after the gradient sync, before step()
+    rec.value(name, t, layout)   anything else the step computes (a clipping norm, an aux loss)
+
+``layout`` is a Layout, or a function name -> Layout for per-module layouts (TP's column and
+row shards). A module run several times in a step (gradient accumulation: one call per
+micro-batch) has its outputs concatenated along dim 0, the batch dim; a loss recorded several
+times is summed. Events are keyed "forward NAME", "loss", "grad NAME", "value NAME".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Union
+
+import torch
+from torch import nn
+
+from lab_utils.correctness.layout import Layout
+
+LayoutFor = Union[Layout, Callable[[str], Layout]]
+
+
+@dataclass
+class Event:
+    key: str  # "forward fc1", "loss", "grad fc1.weight", "value clip_grad_norm"
+    tensor: torch.Tensor  # this rank's piece (detached, CPU)
+    layout: Layout | None  # None in the reference (it holds the whole tensor)
+
+
+def _layout(layout: LayoutFor | None, name: str) -> Layout | None:
+    return layout(name) if callable(layout) else layout
+
+
+def _first_tensor(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    out = getattr(out, "out", None)  # a dataclass of outputs (the MoE layer's MoEOutput)
+    return out if isinstance(out, torch.Tensor) else None
+
+
+class Recorder:
+    """``reference=True`` (the bisector's single-process run) also notes the gradient order."""
+
+    def __init__(self, reference: bool = False) -> None:
+        self.reference = reference
+        self.events: dict[str, Event] = {}  # insertion order = execution order
+        self.grad_order: list[str] = []  # parameter names in the order backward produced them
+        self._handles: list[Any] = []
+
+    def _put(self, key: str, t: torch.Tensor, layout: Layout | None, repeat: str) -> None:
+        t = t.detach().to("cpu", copy=True)
+        old = self.events.get(key)
+        if old is None:
+            self.events[key] = Event(key, t, layout)
+        elif repeat == "cat":
+            old.tensor = torch.cat([old.tensor, t])
+        elif repeat == "sum":
+            old.tensor = old.tensor + t
+        else:
+            old.tensor = t
+
+    def watch(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "") -> None:
+        """Record every submodule's forward output; note the order gradients are produced."""
+        for name, module in model.named_modules():
+            if name:
+                self._handles.append(module.register_forward_hook(
+                    lambda _m, _a, out, key=f"forward {prefix}{name}", n=prefix + name:
+                    self._forward(key, out, _layout(layout, n))))
+        for name, p in model.named_parameters() if self.reference else ():
+            if p.requires_grad:
+                self._handles.append(p.register_post_accumulate_grad_hook(
+                    lambda _p, n=prefix + name: self._grad_arrived(n)))
+
+    def _forward(self, key: str, out: Any, layout: Layout | None) -> None:
+        t = _first_tensor(out)
+        if t is not None:
+            self._put(key, t, layout, "cat")
+
+    def _grad_arrived(self, name: str) -> None:
+        if name not in self.grad_order:
+            self.grad_order.append(name)
+
+    def loss(self, loss: torch.Tensor, layout: Layout | None = None) -> None:
+        self._put("loss", loss, layout, "sum")
+
+    def value(self, name: str, t: torch.Tensor, layout: Layout | None = None) -> None:
+        self._put(f"value {name}", t, layout, "last")
+
+    def grad(self, name: str, t: torch.Tensor, layout: Layout | None = None) -> None:
+        self._put(f"grad {name}", t, layout, "last")
+
+    def grads(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "") -> None:
+        """Every parameter's .grad now, in the order backward produced them (where known)."""
+        named = [(prefix + n, p) for n, p in model.named_parameters() if p.grad is not None]
+        rank = {n: i for i, n in enumerate(self.grad_order)}
+        for name, p in sorted(named, key=lambda np: rank.get(np[0], len(rank))):
+            self.grad(name, p.grad, _layout(layout, name))
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def pieces(self) -> dict[str, tuple[torch.Tensor, Layout | None]]:
+        """What a rank sends back: key -> (its piece, its layout)."""
+        return {k: (e.tensor, e.layout) for k, e in self.events.items()}

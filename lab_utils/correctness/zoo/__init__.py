@@ -1,0 +1,15 @@
+"""The bug zoo: real silent bugs of distributed training, re-created small on gloo (lab 14).
+
+Each Bug has a buggy and a fixed Case (correctness/case.py), the public source where the bug
+was reported, and the op the bisector must name. ``python -m lab_utils zoo`` bisects all of
+them in one 4-rank launch and prints one row per bug; it exits 0 only if every bug is found at
+its op and every fixed version is clean.
+
+    model.py       TinyLM, its data, the data-parallel layouts every bug reuses
+    reduction.py   SUM vs AVG (FSDP2), a ZeRO-2 that all-reduces
+    table.py       run_zoo: bisect every case, the table, the verdicts
+"""
+from lab_utils.correctness.zoo.registry import BUGS, Bug
+from lab_utils.correctness.zoo.table import ZooRow, main, run_zoo
+
+__all__ = ["BUGS", "Bug", "ZooRow", "run_zoo", "main"]
