@@ -5,18 +5,25 @@ import torch
 
 from lab_utils.cli import main as cli_main
 from lab_utils.correctness import (Case, FlatShard, Layout, LayoutError, Partial, Replicate,
-                                   Shard, reassemble, replicated)
+                                   Shard, bisect, reassemble, replicated)
 from lab_utils.correctness.bisector import judge, reference_events
 from lab_utils.correctness.compare import compare
 from lab_utils.correctness.zoo import BUGS, run_zoo
 
 
 def test_every_zoo_bug_is_found_at_its_op_and_every_fix_is_clean():
-    assert len(BUGS) >= 2
+    assert len(BUGS) >= 10
     rows = run_zoo()
     bad = [f"{r.bug}: named {r.named!r}, expected {r.expected!r}, fixed {r.fixed}: {r.detail}"
            for r in rows if not r.ok]
     assert not bad, "\n".join(bad)
+    by_name = {r.bug: r for r in rows}
+    # the pieces that are wrong, not the whole tensor: ranks 1 and 2 took the wrong TP shard,
+    # rank 0's positions lie in the first document, where causal = document-causal
+    assert "ranks [1, 2]," in by_name["tp_mesh_order"].detail
+    assert "ranks [1, 2, 3]," in by_name["cp_packed_docs"].detail
+    assert "exactly 4 x the reference" in by_name["sum_vs_avg"].detail
+    assert max(r.fixed_margin for r in rows) < 0.5  # the fixes sit well inside the bound
 
 
 def test_reassemble_shards_replicas_partials_and_flat_shards():
@@ -52,6 +59,23 @@ def test_a_layout_that_cannot_be_reassembled_names_the_tensor_and_the_layout():
         Layout(((0, 1), (2, 3)), (Shard(0),))
 
 
+def _one_weight(rec):
+    rec.grad("w", torch.ones(4, 3, dtype=torch.float64))
+
+
+def _declares_shards_of_a_replica(env, rec):
+    rec.grad("w", torch.ones(4, 3), Layout((0, 1, 2, 3), (Shard(0),)))  # each rank: all of it
+
+
+def test_bisect_refuses_pieces_that_do_not_fit_their_layout():
+    case = Case("wrong layout", 4, _declares_shards_of_a_replica, _one_weight)
+    with pytest.raises(LayoutError, match=r"'grad w', layout mesh \(0, 1, 2, 3\) \[Shard\(0\)\]"
+                       r".*shape \(16, 3\) but the reference has \(4, 3\)"):
+        bisect(case)
+    with pytest.raises(TypeError, match="a Case or a sequence of Cases"):
+        bisect("sum_vs_avg")
+
+
 def _nan_reference(rec):
     rec.loss(torch.tensor(float("nan"), dtype=torch.float64))
 
@@ -76,6 +100,14 @@ def test_the_diagnosis_names_a_factor_of_the_group_size_and_disagreeing_replicas
     assert "replicas disagree" in div.diagnosis and div.ranks == (1,)
     ok, ratio = compare("grad w", ref, [(ref.float().double(), (0,))], torch.float32, 100)
     assert ok is None and ratio < 1
+
+
+def test_cli_bisects_one_bug_and_its_fix(capsys):
+    assert cli_main(["bisect", "accum_undivided"]) == 1
+    out = capsys.readouterr().out
+    assert "accum_undivided: diverged at loss" in out and "exactly 2 x the reference" in out
+    assert cli_main(["bisect", "accum_undivided", "--fixed"]) == 0
+    assert "accum_undivided (fixed): clean" in capsys.readouterr().out
 
 
 def test_cli_names_an_unknown_bug(capsys):

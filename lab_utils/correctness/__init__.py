@@ -6,7 +6,7 @@
     recorder.py   Recorder: forward outputs, the loss, gradients, named values, in order
     layout.py     Layout (mesh + Replicate / Shard / Partial / FlatShard) and reassemble
     compare.py    the error bound from the dtype and the reduction size; the diagnosis
-    zoo/          real silent bugs, buggy and fixed (`python -m lab_utils zoo`)
+    zoo/          11 real silent bugs, buggy and fixed (`python -m lab_utils zoo`)
 
     from lab_utils.correctness import bisect
     from lab_utils.correctness.zoo import BUGS

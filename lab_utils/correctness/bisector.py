@@ -32,7 +32,7 @@ import torch
 
 from lab_utils.correctness.case import Case, RankEnv
 from lab_utils.correctness.compare import Divergence, compare
-from lab_utils.correctness.layout import Layout, LayoutError, reassemble
+from lab_utils.correctness.layout import Layout, LayoutError, reassemble, split_reference
 from lab_utils.correctness.recorder import Recorder
 from lab_utils.measure.comm import CommLedger
 from lab_utils.runtime.launch import run
@@ -122,6 +122,17 @@ def _gather(key: str, per_rank: list[RankPieces]) -> tuple[Layout, dict[int, tor
     return layouts[first], {r: t for r, (t, _) in held.items()}
 
 
+def _narrow(key: str, layout: Layout, held: dict[int, torch.Tensor], ref: torch.Tensor,
+            div: Divergence) -> tuple[int, ...]:
+    """The ranks whose OWN piece is wrong: a shard of a wrong tensor may be right."""
+    expected = split_reference(key, layout, held, ref)
+    if expected is None:  # a Partial: the terms of a sum cannot be judged one by one
+        return div.ranks
+    wrong = tuple(r for r in div.ranks
+                  if not float((held[r].double() - expected[r]).abs().max()) <= div.bound)
+    return wrong or div.ranks
+
+
 def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) -> BisectReport:
     """Compare one case's rank records with its reference; the first wrong op wins."""
     table, flags = _collectives(case, [c for _, c in per_rank])
@@ -137,6 +148,7 @@ def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) 
         div, ratio = compare(key, event.tensor, replicas, dtype, case.reduction_size)
         n += 1
         if div is not None:
+            div.ranks = _narrow(key, layout, held, event.tensor, div)
             return BisectReport(case.name, "diverged", key, div, flags, table, n, worst)
         worst = max(worst, ratio)
     verdict = "collectives differ" if flags else "clean"

@@ -17,6 +17,7 @@ Diagnosis of a tensor beyond the bound, first match wins:
     off by a factor k     x = k * reference within the bound's tolerance: k = N is a SUM
                           where the reference takes a mean (an extra reduction), 1/N a
                           missing one or a mean taken twice
+    a different value     a scalar (a loss, a norm) off by no whole factor: another weighting
     differs               anything else (a mask, a wrong shard, wrong data)
 """
 from __future__ import annotations
@@ -62,6 +63,10 @@ def _factor(x: torch.Tensor, ref: torch.Tensor, bound: float) -> float | None:
     denom = float((ref * ref).sum())
     if denom == 0:
         return None
+    if ref.numel() == 1:  # a scalar is always a multiple of another: only whole factors count
+        k = float(x.reshape(-1)[0]) / float(ref.reshape(-1)[0])
+        whole = [m for m in (k, 1 / k if k else 0.0) if m > 1 and abs(m - round(m)) < 1e-3 * m]
+        return k if whole else None
     k = float((x * ref).sum()) / denom
     fits = float((x - k * ref).abs().max()) <= max(abs(k), 1.0) * bound * 4
     return k if fits and abs(k - 1) > 1e-3 else None
@@ -100,6 +105,8 @@ def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dt
                "differs where it must be equal)")
     elif (k := _factor(x0, ref, bound)) is not None:
         why = _name_factor(k)
+    elif ref.numel() == 1:
+        why = "a different value: another weighting or normalisation, not a rounding"
     else:
         why = "differs (not a rounding and not a scale: a mask, a shard or data mixed up)"
     return Divergence(op, ranks, err, err / scale, bound, why), worst

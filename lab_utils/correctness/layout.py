@@ -155,3 +155,37 @@ def _join(name: str, layout: Layout, place: Placement, tensors: list[torch.Tenso
         raise LayoutError(f"tensor {name!r}, layout {layout}: pieces of shapes {shapes} from "
                           f"ranks {list(ranks)} cannot be combined under {place} ("
                           f"{str(exc).splitlines()[0]})") from None
+
+
+def split_reference(name: str, layout: Layout, pieces: dict[int, torch.Tensor],
+                    ref: torch.Tensor) -> dict[int, torch.Tensor] | None:
+    """What each rank's piece should have been: the reference cut the way the pieces are
+    (None under a Partial placement: a term of a sum cannot be told from the sum)."""
+    return _split(name, layout, layout.mesh, layout.placements, pieces, ref)
+
+
+def _split(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dict,
+           ref: torch.Tensor) -> dict[int, torch.Tensor] | None:
+    if isinstance(mesh, int):
+        return {mesh: ref}
+    place = placements[0]
+    if isinstance(place, Partial):
+        return None
+    if isinstance(place, Replicate):
+        parts = [ref] * len(mesh)
+    else:  # the extent each index covers, from what its ranks really hold
+        extents = [_combine(name, layout, m, placements[1:], pieces, ref.shape)[0][0]
+                   for m in mesh]
+        if isinstance(place, Shard):
+            parts = list(ref.split([t.shape[place.dim] for t in extents], dim=place.dim))
+        else:
+            sizes = [t.numel() for t in extents]
+            flat = torch.nn.functional.pad(ref.reshape(-1), (0, sum(sizes) - ref.numel()))
+            parts = list(flat.split(sizes))
+    out: dict[int, torch.Tensor] = {}
+    for m, part in zip(mesh, parts):
+        sub = _split(name, layout, m, placements[1:], pieces, part)
+        if sub is None:
+            return None
+        out.update(sub)
+    return out

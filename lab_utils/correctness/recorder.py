@@ -68,11 +68,13 @@ class Recorder:
             old.tensor = t
 
     def watch(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "") -> None:
-        """Record every submodule's forward output; note the order gradients are produced."""
+        """Record every submodule's forward output (and the root's, named ``prefix`` without its
+        dot, when a prefix is given); the reference also notes the order of the gradients."""
         for name, module in model.named_modules():
-            if name:
+            full = prefix + name if name else prefix.rstrip(".")  # the root: only if prefixed
+            if full:
                 self._handles.append(module.register_forward_hook(
-                    lambda _m, _a, out, key=f"forward {prefix}{name}", n=prefix + name:
+                    lambda _m, _a, out, key=f"forward {full}", n=full:
                     self._forward(key, out, _layout(layout, n))))
         for name, p in model.named_parameters() if self.reference else ():
             if p.requires_grad:

@@ -6,7 +6,12 @@ them in one 4-rank launch and prints one row per bug; it exits 0 only if every b
 its op and every fixed version is clean.
 
     model.py       TinyLM, its data, the data-parallel layouts every bug reuses
-    reduction.py   SUM vs AVG (FSDP2), a ZeRO-2 that all-reduces
+    reduction.py   SUM vs AVG, a ZeRO-2 that all-reduces
+    loss.py        per-rank token means, accumulation undivided, MoE balance per rank
+    tensor_parallel.py  TP groups from the wrong grid, dropout streams, clipping by a local norm
+    pipeline.py    a stage that skips the DP sync, tied embeddings across stages
+    context.py     ring attention across packed documents
+    registry.py    Bug (name, source, expected op, buggy, fixed) and BUGS
     table.py       run_zoo: bisect every case, the table, the verdicts
 """
 from lab_utils.correctness.zoo.registry import BUGS, Bug

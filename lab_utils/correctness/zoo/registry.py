@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab_utils.correctness.case import Case
-from lab_utils.correctness.zoo import reduction
+from lab_utils.correctness.zoo import context, loss, pipeline, reduction, tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -16,4 +16,5 @@ class Bug:
     fixed: Case
 
 
-BUGS: tuple[Bug, ...] = tuple(Bug(*row) for module in (reduction,) for row in module.cases())
+MODULES = (reduction, loss, tensor_parallel, pipeline, context)
+BUGS: tuple[Bug, ...] = tuple(Bug(*row) for module in MODULES for row in module.cases())

@@ -18,6 +18,7 @@ class ZooRow:
     fixed: str  # the fixed version's verdict
     ok: bool  # found at its op AND the fixed version is clean
     detail: str  # the bisector's one-line explanation
+    fixed_margin: float  # the fixed version's worst error / bound (< 1: within the bound)
 
     @property
     def verdict(self) -> str:
@@ -30,7 +31,8 @@ def _row(bug: Bug, buggy: BisectReport, fixed: BisectReport) -> ZooRow:
     named = buggy.op or "-"
     detail = str(buggy.divergence) if buggy.divergence else "; ".join(buggy.collective_flags)
     ok = named == bug.expected_op and fixed.verdict == "clean"
-    return ZooRow(bug.name, bug.source, named, bug.expected_op, fixed.verdict, ok, detail)
+    return ZooRow(bug.name, bug.source, named, bug.expected_op, fixed.verdict, ok, detail,
+                  fixed.worst_ratio)
 
 
 def run_zoo(bugs: Sequence[Bug] = BUGS, timeout_s: float = 300.0) -> list[ZooRow]:
@@ -60,7 +62,7 @@ def main(names: Sequence[str] = (), details: bool = False) -> int:
     print(format_table(rows))
     if details:
         for r in rows:
-            print(f"\n{r.bug}: {r.detail}")
+            print(f"\n{r.bug}: {r.detail}\n  fixed: worst error / bound {r.fixed_margin:.3g}")
     found = sum(r.ok for r in rows)
     print(f"\n{found} of {len(rows)} bugs found at their op with a clean fix")
     return 0 if found == len(rows) else 1
