@@ -28,6 +28,7 @@ def test_illegal_layouts_say_why():
     assert "n_head" in illegal(Plan(tp=8))
     assert "n_layer" in illegal(Plan(pp=4, schedule="interleaved"))
     assert "dp only" in illegal(Plan(dp=2, tp=2, dp_kind="zero1"))
+    assert "MoE layer on its own" in illegal(Plan(dp=2, ep=2))
     with pytest.raises(ValueError, match="tp8 cannot run: tp=8 does not divide"):
         layout_matrix([Plan(tp=8)])
 
@@ -37,7 +38,7 @@ def test_all_plans_are_legal_distinct_and_fit():
     assert len({lay.name for lay in layouts}) == len(layouts)
     assert all(illegal(lay) is None and lay.size <= 8 for lay in layouts)
     families = {lay.family for lay in layouts}
-    assert {"DP", "ZeRO", "FSDP", "TP", "PP", "CP", "composed", "control"} <= families
+    assert {"DP", "ZeRO", "FSDP", "TP", "PP", "CP", "EP", "composed", "control"} <= families
     assert {lay.schedule for lay in layouts if lay.pp > 1} == {"gpipe", "1f1b", "interleaved",
                                                                "zb-h1", "zb-h2"}
     assert all(lay.size <= 4 for lay in QUICK_PLANS)
@@ -63,7 +64,8 @@ def test_merge_refuses_a_layout_that_left_parameters_out(refs):
 def test_every_technique_on_two_ranks_earns_its_verdict():
     layouts = [Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero2"),
                Plan(dp=2, dp_kind="fsdp"), Plan(tp=2, sp=True), Plan(pp=2),
-               Plan(pp=2, schedule="interleaved"), Plan(cp=2), Plan(dp=2, bug="sum")]
+               Plan(pp=2, schedule="interleaved"), Plan(cp=2), Plan(ep=2),
+               Plan(dp=2, bug="sum")]
     cells = layout_matrix(layouts, steps=2, timeout_s=120)
     got = {c.plan.name: c.verdict for c in cells}
     assert got.pop("1 rank") == "bitwise"  # the same ops in the same order, on a rank

@@ -1,6 +1,8 @@
 """The layout-equivalence matrix (lab 14): one TinyGPT trained k SGD steps under every legal
 layout of DP, ZeRO-1/2, FSDP, TP (+SP), PP (each schedule) and CP that fits in 8 ranks, each
-compared with the single-process reference after the last step, parameter by parameter.
+compared with the single-process reference after the last step, parameter by parameter. EP
+needs experts: its cells train lab 09's MoE layer (8 experts, top-2) against that layer's
+single-process reference, the same way.
 
     cells = layout_matrix(world_size=8)              # one launch runs every layout
     cells[i].plan, cells[i].verdict                  # "bitwise" | "close" | "wrong"
@@ -34,6 +36,7 @@ others wait); the process groups a layout needs are built once and reused by lat
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,13 +45,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils.calc import reduction_bound
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.common import sgd_step
+from lab_utils.experiments.lab09.shape import MoEShape, teacher, tokens_for
 from lab_utils.experiments.unshard import unshard
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.compose import apply_tp_ours, sync_dp_grads
 from lab_utils.parallel.context_parallel import ring_attention
 from lab_utils.parallel.data_parallel import BucketDDP
+from lab_utils.parallel.expert_parallel import ExpertParallelMoE, MoELayer
 from lab_utils.parallel.fsdp import FSDP
 from lab_utils.parallel.pipeline_parallel.schedules import SCHEDULES
 from lab_utils.parallel.pipeline_parallel.stage import StageWorker, pipeline_neighbours
@@ -59,6 +65,9 @@ from lab_utils.topology import Topology
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=4, n_head=4, d_model=32)
 BATCH, LR, MICRO = 8, 0.1, 2  # global rows per step, SGD learning rate, pipeline micro-batches
 DP_KINDS = ("ddp", "zero1", "zero2", "fsdp")
+AXES = ("dp", "tp", "pp", "cp", "ep")
+MOE = MoEShape(n_experts=8, tokens=24, capacity_factor=None)  # no capacity: no token dropped
+MOE_SOURCES, MOE_LR = 8, 0.05  # token sources (MOE.tokens each) in the global batch; SGD lr
 U32 = 2.0**-24  # float32 unit roundoff
 
 
@@ -71,13 +80,14 @@ class Plan:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1  # expert parallelism: the MoE layer's experts over ep ranks (its own model)
     dp_kind: str = "ddp"  # how the dp axis shares the work: ddp | zero1 | zero2 | fsdp
     sp: bool = False  # sequence parallelism on the tp axis
     schedule: str = "1f1b"  # the pipeline schedule (a name of SCHEDULES)
     bug: str = ""  # "sum": the planted control, gradients summed over dp instead of averaged
 
     def __post_init__(self) -> None:
-        for axis in ("dp", "tp", "pp", "cp"):
+        for axis in AXES:
             size = getattr(self, axis)
             if not isinstance(size, int) or isinstance(size, bool) or size < 1:
                 raise ValueError(f"Plan.{axis} must be a positive integer, got {size!r}")
@@ -91,11 +101,11 @@ class Plan:
 
     @property
     def size(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.dp * self.tp * self.pp * self.cp * self.ep
 
     @property
     def name(self) -> str:
-        parts = [f"{a}{getattr(self, a)}" for a in ("dp", "tp", "pp", "cp") if getattr(self, a) > 1]
+        parts = [f"{a}{getattr(self, a)}" for a in AXES if getattr(self, a) > 1]
         if self.dp > 1 and self.dp_kind != "ddp":
             parts[0] = f"{self.dp_kind}x{self.dp}"
         if self.sp:
@@ -111,7 +121,7 @@ class Plan:
         """The heatmap's row: the one technique, or "composed" for two axes or more."""
         if self.bug:
             return "control"
-        axes = [a for a in ("dp", "tp", "pp", "cp") if getattr(self, a) > 1]
+        axes = [a for a in AXES if getattr(self, a) > 1]
         if len(axes) > 1:
             return "composed"
         if axes == ["dp"]:
@@ -136,6 +146,8 @@ def illegal(layout: Plan, cfg: GPTConfig = CFG, batch: int = BATCH) -> str | Non
         (layout.dp_kind != "ddp" and (layout.tp > 1 or layout.pp > 1 or layout.cp > 1),
          f"{layout.dp_kind} is applied to whole models here: dp only"),
         (layout.sp and layout.pp > 1, "sp inside a pipeline stage is not built here"),
+        (layout.ep > 1 and layout.size != layout.ep, "EP trains the MoE layer on its own here"),
+        (MOE_SOURCES % layout.ep, f"ep={layout.ep} does not divide the {MOE_SOURCES} sources"),
     ]
     return next((why for bad, why in checks if bad), None)
 
@@ -144,8 +156,8 @@ def all_plans(max_ranks: int = 8) -> list[Plan]:
     """Every legal layout within max_ranks: each grid of degrees (powers of 2) with DDP and 1F1B,
     then each dp kind, each schedule and SP on the single-axis grids, then the planted control."""
     pows = [2**i for i in range(int(math.log2(max_ranks)) + 1)]
-    grids = [Plan(dp, tp, pp, cp) for dp in pows for tp in pows for pp in pows for cp in pows
-             if dp * tp * pp * cp <= max_ranks]
+    grids = [Plan(*d) for d in itertools.product(pows, repeat=len(AXES))
+             if math.prod(d) <= max_ranks]
     variants = [replace(g, dp_kind=k) for g in grids for k in DP_KINDS[1:] if g.size == g.dp > 1]
     variants += [replace(g, schedule=s) for g in grids for s in SCHEDULES
                  if s != "1f1b" and g.size == g.pp > 1]
@@ -156,7 +168,7 @@ def all_plans(max_ranks: int = 8) -> list[Plan]:
 
 QUICK_PLANS = (Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero1"), Plan(dp=2, dp_kind="fsdp"),
                  Plan(tp=2), Plan(tp=2, sp=True), Plan(pp=2), Plan(pp=2, schedule="zb-h1"),
-                 Plan(cp=2), Plan(dp=2, tp=2), Plan(dp=2, bug="sum"))
+                 Plan(cp=2), Plan(ep=2), Plan(dp=2, tp=2), Plan(dp=2, bug="sum"))
 
 
 # ---- the references (one process) ---------------------------------------------------------
@@ -167,21 +179,40 @@ def batches(steps: int, cfg: GPTConfig = CFG, batch: int = BATCH) -> list[tuple[
     return token_batches(steps, batch, cfg.seq_len, cfg.vocab_size, seed=1)
 
 
+def _moe_loss(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Squared error against the teacher tanh(x A) / 2, summed, over the GLOBAL token count."""
+    target = torch.tanh(x @ teacher(MOE).to(x.dtype)) / 2
+    return ((y - target) ** 2).sum() / (MOE_SOURCES * MOE.tokens)
+
+
+def moe_tokens(step: int, sources: range) -> torch.Tensor:
+    """(len(sources) * T, h): the tokens of these sources at this step (lab 09's data)."""
+    return torch.cat([tokens_for(MOE, s, step) for s in sources])
+
+
 def reference_weights(steps: int, dtype: torch.dtype, cfg: GPTConfig = CFG,
                       lr: float = LR) -> dict[str, torch.Tensor]:
-    """One process, whole global batch, k plain SGD steps in ``dtype``: the final weights."""
+    """One process, whole global batch, k plain SGD steps in ``dtype``: the final weights of
+    TinyGPT and (names "moe.*") of the MoE layer EP trains (lab 09's, all experts here)."""
     model = TinyGPT(cfg, seed=0).to(dtype)
     for x, y in batches(steps, cfg):
         lm_loss(model(x), y).backward()
         sgd_step(model, lr)
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    moe = MoELayer(MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None,
+                   seed=MOE.seed).to(dtype)
+    for step in range(steps):
+        x = moe_tokens(step, range(MOE_SOURCES)).to(dtype)
+        _moe_loss(moe(x).y, x).backward()
+        sgd_step(moe, MOE_LR)
+    return ({n: p.detach().clone() for n, p in model.named_parameters()}
+            | {f"moe.{n}": p.detach().clone() for n, p in moe.named_parameters()})
 
 
 def derived_bound(w64: dict[str, torch.Tensor], w0: dict[str, torch.Tensor], steps: int,
-                  cfg: GPTConfig = CFG, batch: int = BATCH) -> dict[str, torch.Tensor]:
-    """Per-element bound on |w - w64| for a correct float32 layout (the module docstring)."""
-    n = steps * (batch * cfg.seq_len + cfg.ff_dim)
-    gamma = n * U32 / (1 - n * U32)
+                  n: int) -> dict[str, torch.Tensor]:
+    """Per-element bound on |w - w64| for a correct float32 layout (the module docstring);
+    n: the terms of the longest reduction of one step."""
+    gamma = reduction_bound(steps * n)  # n u / (1 - n u), u = 2^-24 (lab_utils.calc)
     moved = max((w64[k] - w0[k].double()).abs().max().item() for k in w64)
     return {k: gamma * moved + 2 * steps * U32 * w64[k].abs() for k in w64}
 
@@ -195,10 +226,14 @@ class References:
 
     @classmethod
     def build(cls, steps: int) -> "References":
-        w0 = {n: p.detach() for n, p in TinyGPT(CFG, seed=0).named_parameters()}
+        w0 = reference_weights(0, torch.float32)
         w64 = reference_weights(steps, torch.float64)
-        return cls(steps, reference_weights(steps, torch.float32),
-                   derived_bound(w64, w0, steps), w64)
+        gpt = {k: v for k, v in w64.items() if not k.startswith("moe.")}
+        moe = {k: v for k, v in w64.items() if k.startswith("moe.")}
+        # n: the tokens a weight gradient sums over, plus the widest dot product
+        bound = (derived_bound(gpt, w0, steps, BATCH * CFG.seq_len + CFG.ff_dim)
+                 | derived_bound(moe, w0, steps, MOE_SOURCES * MOE.tokens + MOE.d_hidden))
+        return cls(steps, reference_weights(steps, torch.float32), bound, w64)
 
 
 @dataclass
@@ -363,6 +398,27 @@ def _train_dp_tp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, 
     return {n: w.detach() for n, w in full.items()}
 
 
+def _train_ep(lay: Plan, rank: int, groups: Groups, steps: int) -> dict[str, torch.Tensor]:
+    """The MoE layer, its experts over the ep ranks (two all-to-alls per forward, lab 09); each
+    rank routes its sources' tokens. Expert gradients arrive whole at their owner through the
+    all-to-all's backward; the replicated router's are partial sums: one all-reduce (SUM, as
+    the loss is already divided by the GLOBAL token count)."""
+    group = groups.mine(Topology(dp=lay.size), rank, "dp")
+    moe = ExpertParallelMoE(MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None,
+                            group=group, seed=MOE.seed)
+    per = MOE_SOURCES // lay.ep
+    for step in range(steps):
+        x = moe_tokens(step, range(rank * per, (rank + 1) * per))  # (per * T, h)
+        _moe_loss(moe(x).y, x).backward()
+        dist.all_reduce(moe.router.weight.grad, group=group)
+        sgd_step(moe, MOE_LR)
+    out = {f"moe.router.{n}": p.detach() for n, p in moe.router.named_parameters()}
+    for j, expert in enumerate(moe.experts):
+        out |= {f"moe.experts.{moe.first_expert + j}.{n}": p.detach()
+                for n, p in expert.named_parameters()}
+    return out
+
+
 def matrix_worker(ctx: Any, layouts: list[Plan], refs: References) -> list[Compared | None]:
     """Every layout in turn on ranks 0..size-1 of this launch; each rank compares what it holds
     (None: the rank had no part in that layout)."""
@@ -383,6 +439,8 @@ def matrix_worker(ctx: Any, layouts: list[Plan], refs: References) -> list[Compa
             out.append(compare(_train_pipeline(lay, ctx.rank, groups, data, i * 64), refs))
         elif lay.cp > 1:
             out.append(compare(_train_cp(lay, ctx.rank, groups, data), refs))
+        elif lay.ep > 1:
+            out.append(compare(_train_ep(lay, ctx.rank, groups, refs.steps), refs))
         else:
             out.append(compare(_train_dp_tp(lay, ctx.rank, groups, data), refs))
     return out
@@ -433,7 +491,8 @@ def layout_matrix(layouts: list[Plan] | tuple[Plan, ...], steps: int = 3,
         raise ValueError(f"layouts {too_big} need more than world_size={world} ranks")
     refs = References.build(steps)
     results = run(matrix_worker, world, list(layouts), refs, **run_kwargs)
-    return [merge(lay, [results[r][i] for r in range(world)], set(refs.w32))
+    return [merge(lay, [results[r][i] for r in range(world)],
+                  {k for k in refs.w32 if k.startswith("moe.") == (lay.ep > 1)})
             for i, lay in enumerate(layouts)]
 
 
