@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-import torch
 
 from lab_utils.correctness.matrix import (QUICK_PLANS, Compared, Plan, References,
                                           all_plans, compare, counts, illegal, layout_matrix,

@@ -51,7 +51,8 @@ from lab_utils.experiments.common import sgd_step
 from lab_utils.experiments.lab09.shape import MoEShape, teacher, tokens_for
 from lab_utils.experiments.unshard import unshard
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.compose import apply_tp_ours, sync_dp_grads
+from lab_utils.parallel.collectives import all_reduce_flat
+from lab_utils.parallel.compose import apply_tp_ours
 from lab_utils.parallel.context_parallel import ring_attention
 from lab_utils.parallel.data_parallel import BucketDDP
 from lab_utils.parallel.expert_parallel import ExpertParallelMoE, MoELayer
@@ -285,15 +286,10 @@ class Groups:
         return mine
 
 
-def _reduce_grads(params: list[nn.Parameter], group: Any, average: bool = True) -> None:
+def _sync(params: list[nn.Parameter], group: Any, bug: str) -> None:
     """One flat all-reduce of the gradients over ``group``: the mean, or the SUM (the bug)."""
-    grads = [p.grad for p in params]
-    flat = torch.cat([g.flatten() for g in grads])
-    dist.all_reduce(flat, group=group)
-    if average:
-        flat /= dist.get_world_size(group)
-    for g, new in zip(grads, flat.split([g.numel() for g in grads])):
-        g.copy_(new.view_as(g))
+    op = dist.ReduceOp.SUM if bug == "sum" else dist.ReduceOp.AVG
+    all_reduce_flat([p.grad for p in params], op, group)
 
 
 def _cp_forward(model: TinyGPT, idx: torch.Tensor, offset: int, group: Any) -> torch.Tensor:
@@ -342,7 +338,7 @@ def _train_pipeline(lay: Plan, rank: int, groups: Groups, data: list, steps_tag:
         for w in workers:
             w.finish()
         if lay.dp > 1:
-            _reduce_grads(params, dp_group, average=lay.bug != "sum")
+            _sync(params, dp_group, lay.bug)
         sgd_step(model, LR)
     full = unshard(model) if lay.tp > 1 else dict(model.named_parameters())
     return {n: w.detach() for n, w in full.items() if n in owned}
@@ -360,7 +356,7 @@ def _train_cp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, tor
         part = slice(c["tp"] * tc, (c["tp"] + 1) * tc)
         # equal chunks: the global mean loss is the mean of the per-rank means
         lm_loss(_cp_forward(model, x[:, part], part.start, cp_group), y[:, part]).backward()
-        _reduce_grads(list(model.parameters()), everyone)
+        _sync(list(model.parameters()), everyone, "")
         sgd_step(model, LR)
     return {n: p.detach() for n, p in model.named_parameters()}
 
@@ -389,7 +385,7 @@ def _train_dp_tp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, 
         if ddp is not None:
             ddp.finish_gradient_synchronization()
         elif lay.dp > 1 and lay.dp_kind == "ddp":
-            _reduce_grads(list(model.parameters()), dp_group, average=lay.bug != "sum")
+            _sync(list(model.parameters()), dp_group, lay.bug)
         sgd_step(wrapped, LR)
     if lay.dp_kind == "fsdp":  # collective: all-gathers the shards (buffers left out)
         names = {n for n, _ in TinyGPT(CFG).named_parameters()}

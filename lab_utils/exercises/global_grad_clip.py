@@ -3,7 +3,8 @@
 Under FSDP (or ZeRO-2, or TP) no rank holds the whole gradient, yet clipping must scale every
 shard by the SAME factor, computed from the norm of the whole gradient:
 
-    total = sqrt(sum over ALL shards on ALL ranks of sum(g^2));  if total > max_norm: g *= max_norm / total
+    total = sqrt(sum over ALL shards on ALL ranks of sum(g^2))
+    if total > max_norm: every shard g *= max_norm / total
 
 The learner writes it:
 
@@ -21,6 +22,14 @@ import torch.distributed as dist
 from lab_utils.exercises._core import Exercise, Verdict, register
 
 
+def clip_to(grads, total: float, max_norm: float) -> float:
+    """Scale every shard by max_norm / total when total exceeds max_norm; return total."""
+    if total > max_norm:
+        for g in grads:
+            g.mul_(max_norm / total)
+    return total
+
+
 def global_grad_clip(grads, max_norm: float, group) -> float:
     """One all-reduce (SUM) of this rank's sum of squares; every rank then scales by the same
     factor, and only when the norm exceeds max_norm (torch.nn.utils.clip_grad_norm_'s rule)."""
@@ -28,48 +37,36 @@ def global_grad_clip(grads, max_norm: float, group) -> float:
     for g in grads:
         sq += g.double().pow(2).sum()
     dist.all_reduce(sq, group=group)  # squares add across shards; norms do not
-    total = sq.sqrt().item()
-    if total > max_norm:
-        for g in grads:
-            g.mul_(max_norm / total)
-    return total
+    return clip_to(grads, sq.sqrt().item(), max_norm)
 
 
 # ----------------------------------------------------------------------------- wrong versions
+def _local_sq(grads) -> torch.Tensor:
+    return sum(g.pow(2).sum() for g in grads).reshape(1)
+
+
 def wrong_local_norm(grads, max_norm: float, group) -> float:
     """Clips by this rank's shard only: every rank scales by a different factor."""
-    total = torch.sqrt(sum(g.pow(2).sum() for g in grads)).item()
-    if total > max_norm:
-        for g in grads:
-            g.mul_(max_norm / total)
-    return total
+    return clip_to(grads, _local_sq(grads).sqrt().item(), max_norm)
 
 
 def wrong_sum_of_norms(grads, max_norm: float, group) -> float:
     """All-reduces the shards' NORMS: norms do not add, so the total comes out too large."""
-    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).reshape(1)
+    norm = _local_sq(grads).sqrt()
     dist.all_reduce(norm, group=group)
-    total = norm.item()
-    if total > max_norm:
-        for g in grads:
-            g.mul_(max_norm / total)
-    return total
+    return clip_to(grads, norm.item(), max_norm)
 
 
 def wrong_average_of_squares(grads, max_norm: float, group) -> float:
     """ReduceOp.AVG on the squares: the norm comes out sqrt(group size) too small."""
-    sq = sum(g.pow(2).sum() for g in grads).reshape(1)
+    sq = _local_sq(grads)
     dist.all_reduce(sq, op=dist.ReduceOp.AVG, group=group)
-    total = sq.sqrt().item()
-    if total > max_norm:
-        for g in grads:
-            g.mul_(max_norm / total)
-    return total
+    return clip_to(grads, sq.sqrt().item(), max_norm)
 
 
 def wrong_always_rescales(grads, max_norm: float, group) -> float:
     """Scales to max_norm even when the norm is below it: small gradients get BIGGER."""
-    sq = sum(g.pow(2).sum() for g in grads).reshape(1)
+    sq = _local_sq(grads)
     dist.all_reduce(sq, group=group)
     total = sq.sqrt().item()
     for g in grads:
@@ -144,4 +141,5 @@ register(Exercise(
            "average of squares": wrong_average_of_squares,
            "rescales below max_norm": wrong_always_rescales},
     world_size=4, timeout_s=30.0,
-    hint="what adds up across shards: norms, or squared norms? and when does clipping act?"))
+    hint="what adds up across shards: norms, or squared norms? and when does clipping act?",
+    solution_helpers=(clip_to,)))
