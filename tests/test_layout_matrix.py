@@ -87,3 +87,13 @@ def test_heatmap_has_one_row_per_family_and_a_colour_per_verdict():
     assert "dp2 BUG:sum" in heat.text[2][0]
     with pytest.raises(ValueError, match="cells is empty"):
         layout_matrix_figure([])
+
+
+def test_a_reference_that_fails_is_reported_as_such(monkeypatch):
+    from functools import partial
+
+    import lab_utils.correctness.matrix as matrix
+    blown_up = partial(matrix.reference_weights, lr=float("inf"))  # weights become inf, nan
+    monkeypatch.setattr(matrix, "reference_weights", blown_up)
+    with pytest.raises(ValueError, match="the float64 reference itself failed"):
+        References.build(2)

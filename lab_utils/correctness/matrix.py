@@ -229,6 +229,10 @@ class References:
     def build(cls, steps: int) -> "References":
         w0 = reference_weights(0, torch.float32)
         w64 = reference_weights(steps, torch.float64)
+        bad = [k for k, v in w64.items() if not torch.isfinite(v).all()]
+        if bad:  # nothing to compare against: say so, rather than call every layout wrong
+            raise ValueError(f"the float64 reference itself failed: non-finite weights in "
+                             f"{bad[:3]} after {steps} steps (lower the learning rate or steps)")
         gpt = {k: v for k, v in w64.items() if not k.startswith("moe.")}
         moe = {k: v for k, v in w64.items() if k.startswith("moe.")}
         # n: the tokens a weight gradient sums over, plus the widest dot product
