@@ -7,6 +7,7 @@
     python -m lab_utils class serve --db class.sqlite             a live class (lab_utils.classroom)
     python -m lab_utils zoo [BUG ...] [--details]                 the bug zoo under the bisector
     python -m lab_utils bisect BUG [--fixed]                      bisect one zoo bug (or its fix)
+    python -m lab_utils bisect package.module:make_case           bisect your own Case
     python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
@@ -147,13 +148,21 @@ def _cmd_zoo(ns: argparse.Namespace) -> int:
 
 
 def _cmd_bisect(ns: argparse.Namespace) -> int:
-    from lab_utils.correctness import bisect
+    from lab_utils.correctness import Case, bisect
     from lab_utils.correctness.zoo import BUGS
 
     known = {b.name: b for b in BUGS}
-    if ns.bug not in known:
-        raise UsageError(f"no bug named {ns.bug!r}; the zoo has: {', '.join(known)}")
-    report = bisect(known[ns.bug].fixed if ns.fixed else known[ns.bug].buggy)
+    if ":" in ns.bug:  # package.module:function returning a Case: your own configuration
+        case = resolve_target(ns.bug)()
+        if not isinstance(case, Case):
+            raise UsageError(f"{ns.bug} returned a {type(case).__name__}, not a "
+                             "lab_utils.correctness.Case")
+    elif ns.bug in known:
+        case = known[ns.bug].fixed if ns.fixed else known[ns.bug].buggy
+    else:
+        raise UsageError(f"no bug named {ns.bug!r}; the zoo has: {', '.join(known)} "
+                         "(or give package.module:function returning a Case)")
+    report = bisect(case)
     print(report)
     return 0 if report.verdict == "clean" else 1
 
@@ -194,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     zoo_p.set_defaults(func=_cmd_zoo)
 
     bisect_p = sub.add_parser("bisect", help="bisect one zoo bug: the first op that is wrong")
-    bisect_p.add_argument("bug", help="a bug of the zoo (`zoo` lists them)")
+    bisect_p.add_argument("bug", help="a bug of the zoo (`zoo` lists them), or "
+                          "package.module:function returning a lab_utils.correctness.Case")
     bisect_p.add_argument("--fixed", action="store_true", help="its fixed version instead")
     bisect_p.set_defaults(func=_cmd_bisect)
 

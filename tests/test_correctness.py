@@ -102,15 +102,23 @@ def test_the_diagnosis_names_a_factor_of_the_group_size_and_disagreeing_replicas
     assert ok is None and ratio < 1
 
 
+def sum_vs_avg_fixed():
+    return BUGS[0].fixed
+
+
 def test_cli_bisects_one_bug_and_its_fix(capsys):
     assert cli_main(["bisect", "accum_undivided"]) == 1
     out = capsys.readouterr().out
     assert "accum_undivided: diverged at loss" in out and "exactly 2 x the reference" in out
     assert cli_main(["bisect", "accum_undivided", "--fixed"]) == 0
     assert "accum_undivided (fixed): clean" in capsys.readouterr().out
+    assert cli_main(["bisect", "tests.test_correctness:sum_vs_avg_fixed"]) == 0
+    assert "sum_vs_avg (fixed): clean" in capsys.readouterr().out
 
 
 def test_cli_names_an_unknown_bug(capsys):
     assert cli_main(["bisect", "no_such_bug"]) == 2
     assert "no bug named 'no_such_bug'; the zoo has: sum_vs_avg" in capsys.readouterr().err
     assert cli_main(["zoo", "no_such_bug"]) == 2
+    assert cli_main(["bisect", "lab_utils.correctness.zoo.model:make_model"]) == 2
+    assert "returned a TinyLM, not a lab_utils.correctness.Case" in capsys.readouterr().err

@@ -39,6 +39,7 @@ from lab_utils.runtime.launch import run
 
 RankPieces = dict[str, tuple[torch.Tensor, Layout | None]]
 Counts = dict[tuple[str, tuple[int, ...]], int]  # (op, group ranks) -> calls on this rank
+REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 
 
 @dataclass
@@ -53,8 +54,9 @@ class BisectReport:
     worst_ratio: float = 0.0  # largest error / bound among the ops before the first wrong one
 
     def __str__(self) -> str:
+        where = " before it" if self.divergence else ""
         lines = [f"{self.case}: {self.verdict}" + (f" at {self.op}" if self.op else "")
-                 + f" ({self.n_ops} tensors compared; worst error/bound before it "
+                 + f" ({self.n_ops} tensors compared; worst error/bound{where} "
                  f"{self.worst_ratio:.2g})"]
         if self.divergence:
             lines.append(f"  {self.divergence}")
@@ -87,24 +89,19 @@ def reference_events(case: Case) -> Recorder:
 
 
 def _collectives(case: Case, per_rank: list[Counts]) -> tuple[dict, list[str]]:
-    groups: dict[tuple[int, ...], dict[str, list[int]]] = {}
-    for rank, counts in enumerate(per_rank):
-        for (op, ranks), n in counts.items():
-            groups.setdefault(ranks, {}).setdefault(op, [0] * len(per_rank))[rank] = n
-    flags, table = [], {}
-    for ranks, ops in sorted(groups.items()):
-        table[str(ranks)] = {op: max(ns) for op, ns in sorted(ops.items())}
-        for op, ns in ops.items():
-            if len({ns[r] for r in ranks}) > 1:
-                flags.append(f"{op} on group {ranks}: members made {[ns[r] for r in ranks]} "
-                             "calls (a collective some members skip)")
+    """Calls per group and op (as its first member counted them), and the promises broken.
+    (Members that disagree on a collective's count do not get here: gloo would hang first.)"""
+    counts: dict[tuple[int, ...], dict[str, int]] = {}
+    for (op, ranks), n in sorted({k: v for c in per_rank for k, v in c.items()}.items()):
+        counts.setdefault(ranks, {})[op] = per_rank[ranks[0]].get((op, ranks), n)
+    flags = []
     for op, ranks, want in case.expect:
-        got = max(groups.get(tuple(ranks), {}).get(op, [0]))
+        got = counts.get(tuple(ranks), {}).get(op, 0)
         if got != want:
             kind = "extra" if got > want else "missing"
             flags.append(f"{op} on group {tuple(ranks)}: {got} calls per rank, the configuration "
                          f"promises {want} ({kind} {abs(got - want)})")
-    return table, flags
+    return {str(r): ops for r, ops in counts.items()}, flags
 
 
 def _gather(key: str, per_rank: list[RankPieces]) -> tuple[Layout, dict[int, torch.Tensor]]:
@@ -133,6 +130,16 @@ def _narrow(key: str, layout: Layout, held: dict[int, torch.Tensor], ref: torch.
     return wrong or div.ranks
 
 
+def _groups_of_size(factor: float | None, per_rank: list[Counts]) -> str:
+    """The groups that reduced and whose size is the whole factor: the likely culprits."""
+    if factor is None:
+        return ""
+    k = round(max(factor, 1 / factor)) if factor else 0
+    groups = sorted({ranks for counts in per_rank for (op, ranks) in counts
+                     if op in REDUCTIONS and len(ranks) == k})
+    return f"; groups of {k} ranks that reduced: {groups}" if groups else ""
+
+
 def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) -> BisectReport:
     """Compare one case's rank records with its reference; the first wrong op wins."""
     table, flags = _collectives(case, [c for _, c in per_rank])
@@ -149,6 +156,7 @@ def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) 
         n += 1
         if div is not None:
             div.ranks = _narrow(key, layout, held, event.tensor, div)
+            div.diagnosis += _groups_of_size(div.factor, [c for _, c in per_rank])
             return BisectReport(case.name, "diverged", key, div, flags, table, n, worst)
         worst = max(worst, ratio)
     verdict = "collectives differ" if flags else "clean"
@@ -163,8 +171,10 @@ def bisect(cases: Sequence[Case], timeout_s: float = ...,
            quiet: bool = ...) -> list[BisectReport]: ...
 
 
-def bisect(cases, timeout_s: float = 240.0, quiet: bool = True):
-    """Bisect one Case (-> a BisectReport) or several (-> a list, one launch per world size)."""
+def bisect(cases, timeout_s: float = 120.0, quiet: bool = True):
+    """Bisect one Case (-> a BisectReport) or several (-> a list, one launch per world size).
+    ``timeout_s``: the launch's deadline; the ranks' process-group timeout is 3/4 of it, so a
+    step that hangs in a collective raises with its stack instead of waiting 30 minutes."""
     batch = [cases] if isinstance(cases, Case) else list(cases)
     if not batch or not all(isinstance(c, Case) for c in batch):
         raise TypeError("bisect takes a Case or a sequence of Cases (lab_utils.correctness.Case)")

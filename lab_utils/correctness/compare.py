@@ -52,6 +52,7 @@ class Divergence:
     rel_err: float  # max_abs_err / max |reference|
     bound: float  # error_bound for this tensor (absolute)
     diagnosis: str
+    factor: float | None = None  # x = factor * reference, when it is a whole multiple or part
 
     def __str__(self) -> str:
         return (f"{self.op}: ranks {list(self.ranks)}, max |error| {self.max_abs_err:.3g} "
@@ -93,7 +94,7 @@ def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dt
     worst = max(errs, default=0.0) / bound
     if not bad:
         return None, worst
-    ranks = tuple(r for i in bad for r in replicas[i][1])
+    ranks, factor = tuple(r for i in bad for r in replicas[i][1]), None
     err = max(errs[i] for i in bad)
     x0 = replicas[bad[0]][0]
     if not all(torch.isfinite(replicas[i][0]).all() for i in bad):
@@ -104,9 +105,9 @@ def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dt
                f"{list(ranks)} do not (a missing reduction or sync, or a random stream that "
                "differs where it must be equal)")
     elif (k := _factor(x0, ref, bound)) is not None:
-        why = _name_factor(k)
+        why, factor = _name_factor(k), k
     elif ref.numel() == 1:
         why = "a different value: another weighting or normalisation, not a rounding"
     else:
         why = "differs (not a rounding and not a scale: a mask, a shard or data mixed up)"
-    return Divergence(op, ranks, err, err / scale, bound, why), worst
+    return Divergence(op, ranks, err, err / scale, bound, why, factor), worst

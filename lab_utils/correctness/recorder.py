@@ -15,6 +15,7 @@ times is summed. Events are keyed "forward NAME", "loss", "grad NAME", "value NA
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
@@ -24,6 +25,7 @@ from torch import nn
 from lab_utils.correctness.layout import Layout
 
 LayoutFor = Union[Layout, Callable[[str], Layout]]
+Rename = Callable[[str], Union[str, None]]
 
 
 @dataclass
@@ -33,16 +35,20 @@ class Event:
     layout: Layout | None  # None in the reference (it holds the whole tensor)
 
 
+def _renamed(name: str, rename: Rename | None) -> str | None:
+    return rename(name) if rename is not None and name else name
+
+
 def _layout(layout: LayoutFor | None, name: str) -> Layout | None:
     return layout(name) if callable(layout) else layout
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
-        return out[0]
-    out = getattr(out, "out", None)  # a dataclass of outputs (the MoE layer's MoEOutput)
+    """A module's output, or the first tensor of a tuple or of a dataclass (MoEOutput.y)."""
+    if dataclasses.is_dataclass(out):
+        out = [getattr(out, f.name) for f in dataclasses.fields(out)]
+    if isinstance(out, (tuple, list)):
+        out = next((t for t in out if isinstance(t, torch.Tensor)), None)
     return out if isinstance(out, torch.Tensor) else None
 
 
@@ -67,19 +73,23 @@ class Recorder:
         else:
             old.tensor = t
 
-    def watch(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "") -> None:
+    def watch(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "",
+              rename: Rename | None = None) -> None:
         """Record every submodule's forward output (and the root's, named ``prefix`` without its
-        dot, when a prefix is given); the reference also notes the order of the gradients."""
+        dot, when a prefix is given); the reference also notes the order of the gradients.
+        ``rename`` maps a name here to the reference's (an EP rank's local expert 0 is global
+        expert 4), or to None to leave that module out."""
         for name, module in model.named_modules():
-            full = prefix + name if name else prefix.rstrip(".")  # the root: only if prefixed
-            if full:
+            full = _renamed(prefix + name if name else prefix.rstrip("."), rename)
+            if full:  # the root only when prefixed
                 self._handles.append(module.register_forward_hook(
                     lambda _m, _a, out, key=f"forward {full}", n=full:
                     self._forward(key, out, _layout(layout, n))))
         for name, p in model.named_parameters() if self.reference else ():
-            if p.requires_grad:
+            full = _renamed(prefix + name, rename)
+            if p.requires_grad and full:
                 self._handles.append(p.register_post_accumulate_grad_hook(
-                    lambda _p, n=prefix + name: self._grad_arrived(n)))
+                    lambda _p, n=full: self._grad_arrived(n)))
 
     def _forward(self, key: str, out: Any, layout: Layout | None) -> None:
         t = _first_tensor(out)
@@ -99,11 +109,14 @@ class Recorder:
     def grad(self, name: str, t: torch.Tensor, layout: Layout | None = None) -> None:
         self._put(f"grad {name}", t, layout, "last")
 
-    def grads(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "") -> None:
+    def grads(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "",
+              rename: Rename | None = None) -> None:
         """Every parameter's .grad now, in the order backward produced them (where known)."""
-        named = [(prefix + n, p) for n, p in model.named_parameters() if p.grad is not None]
+        named = [(_renamed(prefix + n, rename), p) for n, p in model.named_parameters()
+                 if p.grad is not None]
         rank = {n: i for i, n in enumerate(self.grad_order)}
-        for name, p in sorted(named, key=lambda np: rank.get(np[0], len(rank))):
+        for name, p in sorted(((n, p) for n, p in named if n),
+                              key=lambda np: rank.get(np[0], len(rank))):
             self.grad(name, p.grad, _layout(layout, name))
 
     def close(self) -> None:

@@ -7,7 +7,8 @@ its op and every fixed version is clean.
 
     model.py       TinyLM, its data, the data-parallel layouts every bug reuses
     reduction.py   SUM vs AVG, a ZeRO-2 that all-reduces
-    loss.py        per-rank token means, accumulation undivided, MoE balance per rank
+    loss.py        per-rank token means, accumulation undivided
+    experts.py     the MoE balance loss per rank, on real expert parallelism
     tensor_parallel.py  TP groups from the wrong grid, dropout streams, clipping by a local norm
     pipeline.py    a stage that skips the DP sync, tied embeddings across stages
     context.py     ring attention across packed documents

@@ -4,8 +4,9 @@ Packing puts several documents in one row; attention must stay inside each docum
 block-diagonal causal mask). cp_packed_docs runs the course's ring attention
 (parallel/context_parallel.py) with its plain CAUSAL mask over a packed row: tokens attend to
 the documents before theirs, which the reference forbids (axolotl#3608: ring attention across
-packed-sample boundaries inflated the loss 1.83x). The fix gathers K and V (Llama 3's context
-parallelism, as in context_variants.allgather_kv_attention) and applies the document mask.
+packed-sample boundaries inflated the loss 1.83x; its fix is the "varlen_llama3" path). The fix
+here is the same idea: gather K and V (Llama 3's context parallelism, as in
+context_variants.allgather_kv_attention) and apply the document mask.
 
 The model: emb -> qkv -> attn -> proj -> head, one attention layer, 2 heads; 4 CP ranks hold 4
 consecutive positions each of a 16-token row with documents of 5, 7 and 4 tokens.

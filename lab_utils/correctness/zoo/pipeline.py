@@ -5,7 +5,8 @@ head) on ranks 2, 3; the course's StageWorker runs GPipe over 2 micro-batches pe
 
 pp_missing_dp_sync  the DP all-reduce is done on stage 0 but forgotten on stage 1: each of
                     stage 1's replicas keeps the gradient of its own half of the batch (picotron
-                    PR#3 and PR#5 wrote the data x pipeline gradient sync wrong before right).
+                    PR#3 "disable grad sync in pp" and PR#5 reworked the data x pipeline
+                    gradient sync).
 pp_tied_embeddings  emb.weight and head.weight are ONE parameter in the reference, but stage 0
                     holds the embedding and stage 1 the head: each stage's copy gets only its own
                     use's gradient unless the two copies are all-reduced over the "embedding

@@ -19,13 +19,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lab_utils.correctness.case import Case, RankEnv
-from lab_utils.correctness.layout import FlatShard, Layout, Shard
+from lab_utils.correctness.layout import FlatShard, Layout
 from lab_utils.correctness.recorder import Recorder
 from lab_utils.correctness.zoo.model import (batch, dp_layouts, make_model, reduction_size,
                                              rows_of)
 from lab_utils.models import lm_loss
-from lab_utils.parallel.collectives import all_reduce_flat
 from lab_utils.parallel.backward_tls import without_autograd_context
+from lab_utils.parallel.collectives import all_reduce_flat
 from lab_utils.parallel.zero import FlatUnit, ZeroOptimizer
 
 WORLD = 4

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lab_utils.correctness.case import Case
-from lab_utils.correctness.zoo import context, loss, pipeline, reduction, tensor_parallel
+from lab_utils.correctness.zoo import (context, experts, loss, pipeline, reduction,
+                                       tensor_parallel)
 
 
 @dataclass(frozen=True)
@@ -16,5 +17,5 @@ class Bug:
     fixed: Case
 
 
-MODULES = (reduction, loss, tensor_parallel, pipeline, context)
+MODULES = (reduction, loss, experts, tensor_parallel, pipeline, context)
 BUGS: tuple[Bug, ...] = tuple(Bug(*row) for module in MODULES for row in module.cases())

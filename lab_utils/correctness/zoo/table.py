@@ -35,7 +35,7 @@ def _row(bug: Bug, buggy: BisectReport, fixed: BisectReport) -> ZooRow:
                   fixed.worst_ratio)
 
 
-def run_zoo(bugs: Sequence[Bug] = BUGS, timeout_s: float = 300.0) -> list[ZooRow]:
+def run_zoo(bugs: Sequence[Bug] = BUGS, timeout_s: float = 180.0) -> list[ZooRow]:
     """Bisect every bug's buggy and fixed version (one launch per world size)."""
     reports = bisect([c for b in bugs for c in (b.buggy, b.fixed)], timeout_s=timeout_s)
     return [_row(b, reports[2 * i], reports[2 * i + 1]) for i, b in enumerate(bugs)]
