@@ -570,6 +570,63 @@ def corrupt_norm_compare(output, group):
                   if not torch.isclose(norms[r], mid))
 
 
+# ------------------------------------------------------------ global_token_loss (lab 14)
+def token_loss_local_count_times_n(logits, targets, mask, group):
+    """Assumes every rank holds as many real tokens as this one."""
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    n = dist.get_world_size(group)
+    return (ce * mask.flatten()).sum() / (mask.sum() * n) * n
+
+
+def token_loss_right_avg_count(logits, targets, mask, group):
+    """Divide by the AVERAGE count (an all-reduce with AVG): the group-size factor cancels."""
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    count = mask.sum().double().reshape(1)
+    dist.all_reduce(count, op=AVG, group=group)
+    return ce[mask.flatten()].sum() / count
+
+
+def token_loss_right_ignore_index(logits, targets, mask, group):
+    """Padding marked with ignore_index, summed by cross_entropy itself."""
+    y = targets.masked_fill(~mask, -100).flatten()
+    total = F.cross_entropy(logits.flatten(0, 1), y, ignore_index=-100, reduction="sum")
+    count = torch.tensor([int(mask.sum())])
+    dist.all_reduce(count, group=group)
+    return total * dist.get_world_size(group) / count
+
+
+# ------------------------------------------------------------- global_grad_clip (lab 14)
+def clip_right_vector_norm(grads, max_norm, group):
+    """torch.linalg.vector_norm of the concatenated shards, squared, summed over the group."""
+    flat = torch.cat([g.flatten() for g in grads])
+    sq = torch.linalg.vector_norm(flat).pow(2).reshape(1)
+    dist.all_reduce(sq, op=SUM, group=group)
+    total = sq.sqrt().item()
+    for g in grads:
+        g.mul_(min(1.0, max_norm / total))
+    return total
+
+
+def clip_right_torch_coef(grads, max_norm, group):
+    """torch.nn.utils.clip_grad_norm_'s coefficient: max_norm / (total + 1e-6), clamped at 1."""
+    sq = torch.stack([g.pow(2).sum() for g in grads]).sum().reshape(1)
+    dist.all_reduce(sq, group=group)
+    total = sq.sqrt()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total.item()
+
+
+def clip_max_of_norms(grads, max_norm, group):
+    """The largest shard norm taken as the total (a MAX reduction)."""
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).reshape(1)
+    dist.all_reduce(norm, op=dist.ReduceOp.MAX, group=group)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / norm.item()))
+    return norm.item()
+
+
 WRONG = {
     "zero1_step": [
         (zero1_averages_twice, "you average twice: ReduceOp.AVG already divides by the group"),
@@ -604,6 +661,8 @@ WRONG = {
     "fit_serial_fraction": [(fit_first_step_only, "You fitted the FIRST step of each run"),
                             (fit_speedup_ratio, "T(1) is not measured")],
     "find_corrupt_rank": [(corrupt_norm_compare, "a tolerance (allclose, norms) hides")],
+    "global_token_loss": [(token_loss_local_count_times_n, "per-rank mean")],
+    "global_grad_clip": [(clip_max_of_norms, "sqrt(sum of g^2 over every shard")],
     "ddp_bucket_hook": [
         (bucket_readiness_never_cleared, "the readiness set (or count) is never cleared "
                                          "between steps"),
@@ -625,6 +684,17 @@ MODULE_WRONG = {
         "waits for its all-reduce inside the hook (no overlap)": "the hook WAITED",
         "launches at the 2nd gradient (bucket size hard-coded)": "launched after 2 of its 4",
         "divides by the world size, not the group's": "the size of the WHOLE world",
+    },
+    "global_token_loss": {
+        "per-rank mean": "per-rank mean",
+        "global count without the group-size factor": "DDP's average divides by the group size",
+        "padding counted": "the padding was counted",
+    },
+    "global_grad_clip": {
+        "local norm": "this rank's own shard norm",
+        "sum of norms": "Norms do not add",
+        "average of squares": "ReduceOp.AVG divided by the group size",
+        "rescales below max_norm": "clip only when the norm exceeds max_norm",
     },
     "find_corrupt_rank": {
         "rank 0 taken as the truth": "the reference value came from the corrupt rank",
@@ -749,6 +819,8 @@ RIGHT = {
     "mesh_groups": [mesh_right_formula, mesh_right_via_helper_order],
     "fit_serial_fraction": [fit_right_two_step, fit_right_statistics],
     "find_corrupt_rank": [corrupt_right_gather_objects, corrupt_right_whole_tensors],
+    "global_token_loss": [token_loss_right_avg_count, token_loss_right_ignore_index],
+    "global_grad_clip": [clip_right_vector_norm, clip_right_torch_coef],
     "onef1b_order": [onef1b_right_simulated, onef1b_right_interleave],
     "zb_h1_order": [zb_right_from_1f1b, zb_right_rounds],
 }
