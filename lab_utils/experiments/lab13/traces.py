@@ -1,0 +1,66 @@
+"""Section 1-2 of lab 13: profile a data-parallel step on every rank, ours and torch's.
+
+    ddp_traces(ctx, folder, cfg, batch, steps, cap)   one trace file per rank and implementation
+                                                      ("bucket": our BucketDDP, "torch": torch
+                                                      DDP), and our OWN spans of the last step
+                                                      (Timeline + CommLedger, as lab 04 draws)
+The own-span overlap fraction (lab04.overlap_fraction: all-reduce time inside backward) is the
+number the trace's reading (lab_utils.profiling.read) is compared with.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lab_utils.experiments.common import rank_batches
+from lab_utils.experiments.lab04 import LR, make_ddp, overlap_fraction, train_step
+from lab_utils.models import GPTConfig, TinyGPT
+from lab_utils.profiling import profiled_steps
+from lab_utils.reference import make_optimizer
+
+IMPLS = ("bucket", "torch")
+
+
+@dataclass
+class TracedRun:
+    impl: str
+    paths: list[str]            # every rank's trace file (filled on rank 0)
+    own_overlap: float | None   # lab 04's reading of our own spans (rank 0's last step)
+
+
+def ddp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps: int,
+               bucket_cap_bytes: int) -> dict[str, TracedRun]:
+    from lab_utils.measure import CommLedger, Timeline
+
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps + 2)
+    out = {}
+    for impl in IMPLS:
+        ddp = make_ddp(impl, TinyGPT(cfg, seed=0), bucket_cap_bytes)
+        opt = make_optimizer(ddp.parameters(), "adamw", LR)
+        tl, ledger = Timeline(ctx), CommLedger()
+        t0 = time.perf_counter() - tl.now()
+
+        def step(i: int) -> None:
+            if i < steps + 1:
+                train_step(ddp, opt, *shards[i])
+                return
+            with ledger:               # the last step: our own spans as well
+                train_step(ddp, opt, *shards[i], span=tl.span)
+            for r in ledger.records:
+                tl.add("all_reduce", r.start_s - t0, r.start_s - t0 + r.duration_s)
+
+        path = profiled_steps(ctx, folder, impl, step, steps, warmup=1)
+        events = tl.gather()
+        paths = _gather_paths(ctx, path)
+        own = overlap_fraction(events, 0) if events else None
+        out[impl] = TracedRun(impl, paths, own)
+    return out
+
+
+def _gather_paths(ctx: Any, path: str) -> list[str]:
+    import torch.distributed as dist
+
+    paths: list = [None] * ctx.world_size
+    dist.all_gather_object(paths, path, group=ctx.group)
+    return paths

@@ -1,0 +1,140 @@
+"""lab_utils.profiling: real traces of a 4-rank data-parallel step, read from the files; the
+reading checked against hand-computed intervals and against the emulator's own bookkeeping;
+bad trace files refused with the file and what is missing."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from lab_utils import run, twin
+from lab_utils.models import GPTConfig
+from lab_utils.profiling import (TraceError, gantt_events, load_trace, load_traces, figure,
+                                 rank_timelines, read, trace_folder)
+
+CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=32)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    from lab_utils.experiments.lab13 import ddp_traces
+
+    with trace_folder() as folder:
+        runs = run(ddp_traces, 4, folder, CFG, 2, 1, 2**14, quiet=True, timeout_s=120)[0]
+        files = {impl: load_traces(r.paths) for impl, r in runs.items()}
+        yield runs, files, folder
+    assert not os.path.exists(folder), "trace_folder must remove its traces"
+
+
+def test_one_trace_per_rank_read_from_the_files(traced):
+    runs, files, _ = traced
+    for impl, loaded in files.items():
+        assert sorted(f.rank for f in loaded) == [0, 1, 2, 3], impl
+        assert all(f.producer == "torch.profiler" for f in loaded)
+        for t, r in zip(rank_timelines(loaded), read(rank_timelines(loaded))):
+            assert t.compute and t.comm, f"{impl} rank {t.rank}: no compute or no collective"
+            assert len(t.steps) == 1                     # one ProfilerStep#k per profiled step
+            assert any(name.startswith("gloo:all_reduce") for _, _, name in t.comm)
+            lo, hi = t.window
+            assert r.compute_s + r.idle_s == pytest.approx(hi - lo)
+            assert r.overlapped_s + r.exposed_s == pytest.approx(r.comm_s)
+            assert 0.0 <= r.overlap_fraction <= 1.0 and r.gap[0] <= r.gap[1]
+        assert runs[impl].own_overlap is not None       # our own spans, for comparison
+    events = gantt_events(rank_timelines(files["bucket"]))
+    assert {e["lane"] for e in events} == {"compute", "comm"}
+    assert {e["rank"] for e in events} == {0, 1, 2, 3}
+    assert figure(rank_timelines(files["bucket"])).data
+
+
+def _kineto(path, rank, events):
+    with open(path, "w") as f:
+        json.dump(dict(schemaVersion=1, distributedInfo=dict(rank=rank, world_size=2),
+                       traceEvents=events), f)
+    return str(path)
+
+
+def _x(name, ts, dur, tid, cat="cpu_op"):
+    return dict(ph="X", cat=cat, name=name, ts=ts, dur=dur, pid=1, tid=tid)
+
+
+def test_reading_matches_hand_computed_intervals(tmp_path):
+    """Rank 0 computes [0,40] and [60,100] us; its all-reduce runs [30,80] on gloo's thread:
+    overlapped 10 + 20 = 30 us, exposed 20, idle 20 (the gap [40,60]), waiting for rank 1,
+    whose all-reduce starts 25 us later (it computed until 55)."""
+    a = _kineto(tmp_path / "r0.json", 0, [
+        _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
+        _x("aten::mm", 0, 40, 7), _x("aten::add", 5, 10, 7),     # nested: counted once
+        _x("c10d::allreduce_", 29, 1, 7), _x("gloo:all_reduce", 30, 50, 9, "user_annotation"),
+        _x("aten::mm", 60, 40, 7)])
+    b = _kineto(tmp_path / "r1.json", 1, [
+        _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
+        _x("aten::mm", 0, 55, 7), _x("gloo:all_reduce", 55, 25, 9, "user_annotation"),
+        _x("aten::mm", 80, 20, 7)])
+    r0 = read(rank_timelines(load_traces([a, b])))[0]
+    us = 1e-6
+    assert r0.compute_s == pytest.approx(80 * us)
+    assert r0.comm_s == pytest.approx(51 * us)            # the launch [29, 30] counts too
+    assert r0.overlapped_s == pytest.approx(31 * us)
+    assert r0.exposed_s == pytest.approx(20 * us)
+    assert r0.overlap_fraction == pytest.approx(31 / 51)
+    assert r0.gap == (pytest.approx(40 * us), pytest.approx(60 * us))
+    assert "for rank 1" in r0.gap_cause and "gloo:all_reduce #0" in r0.gap_cause
+
+
+def test_the_emulators_trace_reads_like_its_own_bookkeeping(tmp_path):
+    from tests.test_twin_ddp import CLUSTER, ddp_steps   # 3 DDPs on a slow 2 x 2 cluster
+
+    em = twin.emulate(ddp_steps, 4, CLUSTER, 1, quiet=True, timeout_s=120)
+    path = str(tmp_path / "twin.json")
+    twin.chrome_trace(em, path)
+    loaded = load_traces([path])
+    assert loaded[0].producer == "twin" and loaded[0].rank is None
+    readings = read(rank_timelines(loaded))
+    assert [r.rank for r in readings] == [0, 1, 2, 3]
+    for r in readings:
+        assert r.clock == "emulated"
+        assert r.compute_s == pytest.approx(em.busy(r.rank, "compute"), rel=1e-6)
+        assert r.comm_s == pytest.approx(em.busy(r.rank, "comm") + em.busy(r.rank, "p2p"),
+                                         rel=1e-6)
+        assert r.overlapped_s == pytest.approx(em.overlap(r.rank), rel=1e-6)
+
+
+def test_bad_trace_files_name_the_file_and_what_is_missing(tmp_path):
+    with pytest.raises(TraceError, match=r"nope\.json: no such trace file"):
+        load_trace(str(tmp_path / "nope.json"))
+    good = _kineto(tmp_path / "cut.json", 0, [_x("aten::mm", 0, 4, 1)])
+    text = open(good).read()
+    open(good, "w").write(text[: len(text) // 2])
+    with pytest.raises(TraceError, match=r"cut\.json: truncated or corrupt JSON"):
+        load_trace(good)
+    (tmp_path / "other.json").write_text(json.dumps({"events": []}))
+    with pytest.raises(TraceError, match=r"other\.json: not a Chrome trace.*'traceEvents'"):
+        load_trace(str(tmp_path / "other.json"))
+    (tmp_path / "old.json").write_text(json.dumps({"traceEvents": [_x("aten::mm", 0, 4, 1)]}))
+    with pytest.raises(TraceError, match=r"old\.json: .*lacks \['schemaVersion', "
+                                         r"'distributedInfo'\].*another torch version"):
+        load_trace(str(tmp_path / "old.json"))
+    (tmp_path / "empty.json").write_text("")
+    with pytest.raises(TraceError, match=r"empty\.json: the file is empty"):
+        load_trace(str(tmp_path / "empty.json"))
+    same = _kineto(tmp_path / "same.json", 0, [_x("aten::mm", 0, 4, 1)])
+    with pytest.raises(TraceError, match="both claim rank 0"):
+        load_traces([good.replace("cut", "same"), same])
+
+
+def test_an_empty_profile_says_the_profiler_saw_no_step(tmp_path):
+    """A REAL profile with nothing inside (the step ran before the profiler started)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.ones(3).sum()                       # "the step", before the profiler
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        pass
+    path = str(tmp_path / "late.json")
+    prof.export_chrome_trace(path)
+    data = json.load(open(path))
+    data["distributedInfo"] = dict(rank=0, world_size=1)   # as a rank's file would carry
+    json.dump(data, open(path, "w"))
+    with pytest.raises(TraceError, match=r"late\.json: an empty profile.*started after"):
+        load_trace(path)
