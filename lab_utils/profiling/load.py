@@ -7,12 +7,13 @@ Two producers write the Trace Event Format the course reads:
     one thread per stream (compute, comm, p2p), times in microseconds of EMULATED time.
 
 ``load_trace(path)`` returns a ``TraceFile``: its complete events (``ph == "X"``), the thread
-names, the rank (from ``distributedInfo``; None for the emulator's file) and which producer
-wrote it. It refuses, naming the file and what is missing: a file that does not exist, a
-truncated file (JSON cut short: the profiler was killed while exporting), a file that is not a
-Chrome trace (no ``traceEvents``), a profiler trace without the fields this reader needs (another
-torch version's format), and an empty profile (no operator ran between start and stop: the
-profiler started after the step).
+names, the rank (from ``distributedInfo``; None for the emulator's file; 0 for a profile taken
+outside torch.distributed), which producer wrote it, and the memory counter when the profile
+recorded memory. It refuses, naming the file and what is missing: a file that does not exist,
+a truncated file (JSON cut short: the profiler was killed while exporting), a file that is not
+a Chrome trace (no ``traceEvents``), a profiler trace without ``schemaVersion`` (another torch
+version's format, or another tool), and an empty profile (no operator ran between start and
+stop: the profiler started after the step).
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ class TraceFile:
     events: list[dict]                 # complete events (ph "X"): name, ts, dur (us), pid, tid
     threads: dict[tuple, str] = field(default_factory=dict)   # (pid, tid) -> thread name
     info: dict = field(default_factory=dict)                  # the producer's header fields
+    memory: list[tuple[float, int]] = field(default_factory=list)
+    # (ts us, "Total Allocated" bytes) of each "[memory]" event (profile_memory=True): bytes
+    # allocated since the profiler started, net of the frees it saw
 
 
 def _read_json(path: str) -> dict:
@@ -57,11 +61,9 @@ def _read_json(path: str) -> dict:
 def _producer(path: str, data: dict) -> str:
     if data.get("otherData", {}).get("clock") == "emulated":
         return "twin"
-    missing = [k for k in ("schemaVersion", "distributedInfo") if k not in data]
-    if missing:
-        raise TraceError(f"{path}: a Chrome trace, but not one torch.profiler 2.x wrote with a "
-                         f"process group: it lacks {missing} (another torch version, another "
-                         "tool, or a profile taken outside torch.distributed)")
+    if "schemaVersion" not in data:
+        raise TraceError(f"{path}: a Chrome trace, but not one torch.profiler 2.x wrote: it "
+                         "lacks 'schemaVersion' (another torch version, or another tool)")
     return "torch.profiler"
 
 
@@ -69,9 +71,11 @@ def load_trace(path: str) -> TraceFile:
     """Read and validate one trace file (see the module's docstring for the refusals)."""
     data = _read_json(path)
     producer = _producer(path, data)
-    complete, threads = [], {}
+    complete, threads, memory = [], {}, []
     for e in data["traceEvents"]:
-        if e.get("ph") == "M" and e.get("name") == "thread_name":
+        if e.get("name") == "[memory]" and "Total Allocated" in e.get("args", {}):
+            memory.append((float(e["ts"]), int(e["args"]["Total Allocated"])))
+        elif e.get("ph") == "M" and e.get("name") == "thread_name":
             threads[(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
         elif e.get("ph") == "X" and e.get("cat") != "Trace":   # "Trace": the profiler's frame
             bad = [k for k in ("name", "ts", "dur", "tid") if k not in e]
@@ -82,12 +86,10 @@ def load_trace(path: str) -> TraceFile:
         raise TraceError(f"{path}: an empty profile: no operator ran while the profiler was "
                          "recording (was it started after the step, or stopped before it?)")
     rank = None
-    if producer == "torch.profiler":
-        rank = data["distributedInfo"].get("rank")
-        if rank is None:
-            raise TraceError(f"{path}: distributedInfo has no 'rank'")
+    if producer == "torch.profiler":   # a profile outside torch.distributed: one process, rank 0
+        rank = data.get("distributedInfo", {}).get("rank", 0)
     info = {k: v for k, v in data.items() if k != "traceEvents"}
-    return TraceFile(path, producer, rank, complete, threads, info)
+    return TraceFile(path, producer, rank, complete, threads, info, memory)
 
 
 def load_traces(paths: list[str]) -> list[TraceFile]:
