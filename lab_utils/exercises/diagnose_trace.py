@@ -22,7 +22,7 @@ from lab_utils.models import GPTConfig
 from lab_utils.profiling import FIELDS, Evidence
 
 CAUSES = PROBLEMS + ("healthy", "slow_network")
-CFG, BATCH, STEPS = GPTConfig(), 2, 2      # the run every problem is injected into
+CFG, BATCH, STEPS = GPTConfig(), 2, 1      # the run every problem is injected into
 CASES = PROBLEMS   # the configurations the grader runs: one run per injected problem
 SHOWS = {  # problem -> the evidence fields that show it
     "straggler": ("slowest_rank", "compute_spread", "gap_cause"),

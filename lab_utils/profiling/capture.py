@@ -1,7 +1,7 @@
 """Record a real trace: torch.profiler around training steps on a rank, one file per rank.
 
     with trace_folder() as folder:                      # a temporary folder, removed after
-        paths = run(worker, 4, folder)                  # each rank calls profiled_steps(...)
+        paths = run(worker, 4, folder)     # each rank calls profiled_steps(ctx.rank, folder, ...)
         traces = load_traces(paths)                     # lab_utils.profiling.load
 
 ``profiled_steps`` runs ``step()`` under ``torch.profiler.profile`` (CPU activity: gloo ranks have
@@ -27,14 +27,14 @@ def trace_path(folder: str, name: str, rank: int) -> str:
     return os.path.join(folder, f"{name}_rank{rank}.json")
 
 
-def profiled_steps(ctx: Any, folder: str, name: str, step: Callable[[int], Any], steps: int,
+def profiled_steps(rank: int, folder: str, name: str, step: Callable[[int], Any], steps: int,
                    warmup: int = 1, memory: bool = False) -> str:
     """Run ``step(i)`` ``warmup`` times unprofiled, then ``steps`` times under the profiler;
     export this rank's Chrome trace and return its path. ``memory``: also record every
     allocation and free (``profile_memory=True``: the memory timeline of section 3)."""
     for i in range(warmup):
         step(i)
-    path = trace_path(folder, name, ctx.rank)
+    path = trace_path(folder, name, rank)
     # a schedule makes prof.step() record a ProfilerStep#k span around each step; the trace is
     # written when the last active step ends
     with profile(activities=[ProfilerActivity.CPU], profile_memory=memory, record_shapes=False,

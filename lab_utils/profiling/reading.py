@@ -49,11 +49,15 @@ def _arrival(t: RankTimeline, k: int) -> float | None:
     return max(ends) if ends else start
 
 
+def _covered(spans: list, a: float, b: float) -> float:
+    return sum(max(0.0, min(b, e) - max(a, s)) for s, e, _ in spans)
+
+
 def _cause(t: RankTimeline, gap: tuple[float, float], everyone: list[RankTimeline]) -> str:
     a, b = gap
     comm = [c for c in t.comm if not c[2].startswith("c10d::")]
-    best = max(comm, key=lambda c: min(b, c[1]) - max(a, c[0]), default=None)
-    if best is not None and min(b, best[1]) - max(a, best[0]) > 0.5 * (b - a):
+    if comm and _covered(comm, a, b) > 0.5 * (b - a):     # collectives fill most of the gap
+        best = max(comm, key=lambda c: min(b, c[1]) - max(a, c[0]))
         k = comm.index(best)
         arrivals = {o.rank: _arrival(o, k) for o in everyone}
         arrivals = {r: x for r, x in arrivals.items() if x is not None}

@@ -66,7 +66,7 @@ def _step_fn(ctx: Any, problem: str, cfg: GPTConfig, batch: int, steps: int) -> 
     cap = 2**30 if problem == "big_bucket" else 2**13      # one bucket vs several
     ddp = BucketDDP(TinyGPT(cfg, seed=0), bucket_cap_bytes=cap)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-2)
-    shards = rank_batches(ctx, cfg, batch, steps + 2)
+    shards = rank_batches(ctx, cfg, batch, steps + 1)
     loader = iter(DataLoader(_SlowTokens(shards), batch_size=None)) \
         if problem == "data_stall" else None
     loss_fn = torch.compile(lm_loss, backend="eager", dynamic=False) \
@@ -103,7 +103,7 @@ def diagnosis_cases(ctx: Any, cfg: GPTConfig, batch: int, steps: int,
     try:
         for problem in problems:
             step = _step_fn(ctx, problem, cfg, batch, steps)
-            profiled_steps(ctx, folder, problem, step, steps, warmup=1)
+            profiled_steps(ctx.rank, folder, problem, step, steps, warmup=0)
             dist.barrier(group=ctx.group)               # every rank's file is written
             paths = [f"{folder}/{problem}_rank{r}.json" for r in range(ctx.world_size)]
             files = load_traces(paths)

@@ -3,8 +3,9 @@
     count_flops(model, x, y, forward)   FLOPs of one forward + backward, counted by torch's
                                         FlopCounterMode (recomputed forwards included: the HFU
                                         numerator; without checkpointing it equals MFU's)
-    levers(ctx, folder, cfg, batch, steps, compile_backend)   rank worker (one rank): each
-                                        lever's step profiled, step time from ITS trace
+    levers(folder, cfg, batch, steps, compile_backend)   in this process, on ONE thread (as
+                                        the peak is measured): each lever's steps profiled,
+                                        step time from ITS trace
     LEVERS                              lever -> the effect predicted before measuring
 
 MFU = model FLOPs / (step time x peak), HFU = executed FLOPs / (step time x peak). A CPU has no
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lab_utils.experiments.lab02.memory import forward as checkpointed_forward
+from lab_utils.experiments.lab10.local import matmul_rates, one_thread
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.profiling import load_traces, profiled_steps, rank_timelines
 
@@ -87,37 +89,38 @@ def _setup(lever: str, cfg: GPTConfig, compile_backend: str):
     return model, opt, fwd, run_model
 
 
-def levers(ctx: Any, folder: str, cfg: GPTConfig, batch: int, steps: int,
+def levers(folder: str, cfg: GPTConfig, batch: int, steps: int,
            compile_backend: str = "inductor", names: tuple = tuple(LEVERS)) -> list[LeverResult]:
-    """Profile ``steps`` steps of each lever on this rank; FLOPs counted on a separate step."""
-    from lab_utils.experiments.lab10.local import matmul_rates
-
+    """Profile ``steps`` steps of each lever; FLOPs counted on a separate step. The peak is one
+    thread's, so every lever runs on one thread too."""
     peak = matmul_rates(sizes=(256,), min_cpu_s=0.02)[0].flops_per_s
-    out = []
-    for lever in names:
-        b = 4 * batch if lever == "micro-batch x4" else batch
-        model, opt, fwd, run_model = _setup(lever, cfg, compile_backend)
-        g = torch.Generator().manual_seed(ctx.rank)
-        x = torch.randint(0, cfg.vocab_size, (b, cfg.seq_len), generator=g)
-        hw = count_flops(model, x, x, fwd)
-        flops = count_flops(model, x, x)
+    with one_thread():
+        return [_lever(lever, folder, cfg, batch, steps, compile_backend, peak)
+                for lever in names]
 
-        cpu: list[float] = []
 
-        def step(i: int) -> None:
-            t0 = time.thread_time()
-            opt.zero_grad(set_to_none=True)
-            lm_loss(fwd(run_model, x), x).backward()
-            opt.step()
-            cpu.append(time.thread_time() - t0)
+def _lever(lever: str, folder: str, cfg: GPTConfig, batch: int, steps: int,
+           compile_backend: str, peak: float) -> LeverResult:
+    b = 4 * batch if lever == "micro-batch x4" else batch
+    model, opt, fwd, run_model = _setup(lever, cfg, compile_backend)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, cfg.vocab_size, (b, cfg.seq_len), generator=g)
+    hw = count_flops(model, x, x, fwd)
+    flops = count_flops(model, x, x)
+    cpu: list[float] = []
 
-        first = time.perf_counter()
-        step(0)                                  # compiles, for torch.compile
-        first = time.perf_counter() - first
-        path = profiled_steps(ctx, folder, lever.replace(" ", "_"), step, steps, warmup=1)
-        t = rank_timelines(load_traces([path]))[0]
-        step_s = sum(e - s for s, e in t.steps) / len(t.steps)
-        out.append(LeverResult(lever, LEVERS[lever], b, step_s, sum(cpu[-steps:]) / steps,
-                               flops, hw, peak,
-                               first if lever == "torch.compile" else None))
-    return out
+    def step(i: int) -> None:
+        t0 = time.thread_time()
+        opt.zero_grad(set_to_none=True)
+        lm_loss(fwd(run_model, x), x).backward()
+        opt.step()
+        cpu.append(time.thread_time() - t0)
+
+    first = time.perf_counter()
+    step(0)                                  # compiles, for torch.compile
+    first = time.perf_counter() - first
+    path = profiled_steps(0, folder, lever.replace(" ", "_"), step, steps, warmup=1)
+    t = rank_timelines(load_traces([path]))[0]
+    step_s = sum(e - s for s, e in t.steps) / len(t.steps)
+    return LeverResult(lever, LEVERS[lever], b, step_s, sum(cpu[-steps:]) / steps,
+                       flops, hw, peak, first if lever == "torch.compile" else None)

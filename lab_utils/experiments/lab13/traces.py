@@ -50,7 +50,7 @@ def ddp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps
             for r in ledger.records:
                 tl.add("all_reduce", r.start_s - t0, r.start_s - t0 + r.duration_s)
 
-        path = profiled_steps(ctx, folder, impl, step, steps, warmup=1)
+        path = profiled_steps(ctx.rank, folder, impl, step, steps, warmup=1)
         events = tl.gather()
         paths = _gather_paths(ctx, path)
         own = overlap_fraction(events, 0) if events else None
