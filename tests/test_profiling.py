@@ -48,6 +48,25 @@ def test_one_trace_per_rank_read_from_the_files(traced):
     assert figure(rank_timelines(files["bucket"])).data
 
 
+def test_fsdp_ours_and_fsdp2_prefetch_off_and_on_read_from_their_traces():
+    """Prefetch moves all-gathers earlier; it does not add or drop any: the count of gloo
+    all-gathers per rank is the same with prefetch off and on (ours and FSDP2)."""
+    from lab_utils.experiments.lab13 import FSDP_VARIANTS, fsdp_traces
+
+    with trace_folder() as folder:
+        runs = run(fsdp_traces, 4, folder, CFG, 2, 1, quiet=True, timeout_s=120)[0]
+        loaded = {v: load_traces(paths) for v, paths in runs.items()}
+    assert list(loaded) == list(FSDP_VARIANTS)
+    gathers = {}
+    for variant, files in loaded.items():
+        timelines = rank_timelines(files)
+        gathers[variant] = [sum(n == "gloo:all_gather" for _, _, n in t.comm) for t in timelines]
+        for r in read(timelines):
+            assert r.comm_s > 0 and r.overlapped_s + r.exposed_s == pytest.approx(r.comm_s)
+    assert gathers["ours"] == gathers["ours prefetch"] and min(gathers["ours"]) > 0
+    assert gathers["FSDP2"] == gathers["FSDP2 prefetch"] and min(gathers["FSDP2"]) > 0
+
+
 def _kineto(path, rank, events):
     with open(path, "w") as f:
         json.dump(dict(schemaVersion=1, distributedInfo=dict(rank=rank, world_size=2),

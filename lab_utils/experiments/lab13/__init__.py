@@ -1,11 +1,13 @@
 """Lab 13's experiments (performance engineering): what the notebook and tests launch.
 
     traces.py    sections 1-2: a data-parallel step profiled on every rank (ours and torch's),
-                 with our own spans of the same step for comparison
+                 with our own spans of the same step for comparison; FSDP (ours) and FSDP2 with
+                 prefetch off / on
     mfu.py       section 4: FLOPs by FlopCounterMode, MFU / HFU from the trace's step time, the
                  levers (micro-batch, checkpointing, fused AdamW, torch.compile) measured
     memory.py    section 3: profile_memory's timeline of a step beside lab 01's ledger
 """
-from lab_utils.experiments.lab13.traces import IMPLS, TracedRun, ddp_traces
+from lab_utils.experiments.lab13.traces import (FSDP_VARIANTS, IMPLS, TracedRun, ddp_traces,
+                                               fsdp_traces)
 
-__all__ = ["IMPLS", "TracedRun", "ddp_traces"]
+__all__ = ["FSDP_VARIANTS", "IMPLS", "TracedRun", "ddp_traces", "fsdp_traces"]

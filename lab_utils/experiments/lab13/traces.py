@@ -4,6 +4,8 @@
                                                       ("bucket": our BucketDDP, "torch": torch
                                                       DDP), and our OWN spans of the last step
                                                       (Timeline + CommLedger, as lab 04 draws)
+    fsdp_traces(ctx, folder, cfg, batch, steps)       the same for sharded data parallelism: our
+                                                      FSDP and FSDP2, each with prefetch off / on
 The own-span overlap fraction (lab04.overlap_fraction: all-reduce time inside backward) is the
 number the trace's reading (lab_utils.profiling.read) is compared with.
 """
@@ -13,9 +15,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from lab_utils.experiments.common import rank_batches
 from lab_utils.experiments.lab04 import LR, make_ddp, overlap_fraction, train_step
-from lab_utils.models import GPTConfig, TinyGPT
+from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.profiling import profiled_steps
 from lab_utils.reference import make_optimizer
 
@@ -64,3 +68,46 @@ def _gather_paths(ctx: Any, path: str) -> list[str]:
     paths: list = [None] * ctx.world_size
     dist.all_gather_object(paths, path, group=ctx.group)
     return paths
+
+
+# --- sharded data parallelism: the same reading for FSDP (ours) and FSDP2, prefetch off / on ---
+FSDP_VARIANTS = ("ours", "ours prefetch", "FSDP2", "FSDP2 prefetch")
+
+
+def _sharded(variant: str, cfg: GPTConfig, group: Any) -> torch.nn.Module:
+    """Our FSDP (prefetch = all-gather the next unit while this one computes), or FSDP2 with
+    explicit prefetch lists: the next block in forward, the previous one in backward (on) or
+    none at all (off)."""
+    from lab_utils.experiments.lab05.sharding import apply_fully_shard
+    from lab_utils.parallel.fsdp import FSDP
+
+    model = TinyGPT(cfg, seed=0)
+    if variant.startswith("ours"):
+        return FSDP(model, group, prefetch=variant.endswith("prefetch"))
+    apply_fully_shard(model, group)
+    blocks = list(model.blocks)
+    on = variant.endswith("prefetch")
+    for i, block in enumerate(blocks):
+        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2] if on else [])
+        block.set_modules_to_backward_prefetch(blocks[i - 1:i] if on and i else [])
+    return model
+
+
+def fsdp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int,
+                steps: int) -> dict[str, list[str]]:
+    """One trace file per rank for each of FSDP_VARIANTS (AdamW, one warm-up step);
+    {variant: every rank's path}."""
+    shards = rank_batches(ctx, cfg, batch_per_rank, steps + 2)
+    out = {}
+    for variant in FSDP_VARIANTS:
+        model = _sharded(variant, cfg, ctx.group)
+        opt = make_optimizer(model.parameters(), "adamw", LR)   # over the shards
+
+        def step(i: int) -> None:
+            opt.zero_grad(set_to_none=False)
+            lm_loss(model(shards[i][0]), shards[i][1]).backward()
+            opt.step()
+
+        path = profiled_steps(ctx.rank, folder, variant.replace(" ", "_"), step, steps)
+        out[variant] = _gather_paths(ctx, path)
+    return out
