@@ -67,6 +67,24 @@ def test_fsdp_ours_and_fsdp2_prefetch_off_and_on_read_from_their_traces():
     assert gathers["FSDP2"] == gathers["FSDP2 prefetch"] and min(gathers["FSDP2"]) > 0
 
 
+def test_a_pipeline_schedule_reads_as_point_to_point_waits():
+    """1F1B over m = 4 micro-batches on 4 stages: each stage sends m activations forward (not
+    the last) and m gradients backward (not the first), and receives as many; a gap spent in a
+    send or receive is read as waiting for a pipeline neighbour."""
+    from lab_utils.experiments.lab13 import pipeline_trace
+
+    with trace_folder() as folder:
+        files = load_traces(run(pipeline_trace, 4, folder, "1f1b", 4, quiet=True,
+                                timeout_s=120)[0])
+    timelines = rank_timelines(files)
+    for t, r in zip(timelines, read(timelines)):
+        names = [n for _, _, n in t.comm]
+        expected = 4 * (t.rank < 3) + 4 * (t.rank > 0)
+        assert names.count("gloo:send") == names.count("gloo:recv") == expected, t.rank
+        if "gloo:send" in r.gap_cause or "gloo:recv" in r.gap_cause:
+            assert "pipeline neighbour" in r.gap_cause
+
+
 def _kineto(path, rank, events):
     with open(path, "w") as f:
         json.dump(dict(schemaVersion=1, distributedInfo=dict(rank=rank, world_size=2),

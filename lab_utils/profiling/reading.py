@@ -59,6 +59,9 @@ def _cause(t: RankTimeline, gap: tuple[float, float], everyone: list[RankTimelin
     if comm and _covered(comm, a, b) > 0.5 * (b - a):     # collectives fill most of the gap
         best = max(comm, key=lambda c: min(b, c[1]) - max(a, c[0]))
         k = comm.index(best)
+        if best[2] in ("gloo:send", "gloo:recv"):    # point-to-point: no k-th match across ranks
+            return (f"waiting in {best[2]} #{k}: a pipeline neighbour was not ready (the "
+                    "bubble, or a slower stage)")
         arrivals = {o.rank: _arrival(o, k) for o in everyone}
         arrivals = {r: x for r, x in arrivals.items() if x is not None}
         last = max(arrivals, key=arrivals.get)

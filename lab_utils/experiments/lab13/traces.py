@@ -6,6 +6,7 @@
                                                       (Timeline + CommLedger, as lab 04 draws)
     fsdp_traces(ctx, folder, cfg, batch, steps)       the same for sharded data parallelism: our
                                                       FSDP and FSDP2, each with prefetch off / on
+    pipeline_trace(ctx, folder, schedule, m)          one pipeline schedule of lab 07
 The own-span overlap fraction (lab04.overlap_fraction: all-reduce time inside backward) is the
 number the trace's reading (lab_utils.profiling.read) is compared with.
 """
@@ -111,3 +112,16 @@ def fsdp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int,
         path = profiled_steps(ctx.rank, folder, variant.replace(" ", "_"), step, steps)
         out[variant] = _gather_paths(ctx, path)
     return out
+
+
+# --- one pipeline schedule: idle per rank from the trace, beside the bubble formula ---------
+def pipeline_trace(ctx: Any, folder: str, schedule: str, m: int) -> list[str]:
+    """Lab 07's pipeline step (``schedule`` over ``m`` micro-batches, one stage per rank),
+    profiled on every rank; every rank's path. The profiled window also holds the step's set-up
+    (the stages cut from a fresh model, a barrier), which counts as compute and comm."""
+    from lab_utils.experiments.lab07.pipeline import pipeline_step
+
+    def step(i: int) -> None:
+        pipeline_step(ctx, schedule=schedule, m=m)
+
+    return _gather_paths(ctx, profiled_steps(ctx.rank, folder, f"pp_{schedule}", step, 1))
