@@ -625,6 +625,44 @@ def clip_max_of_norms(grads, max_norm, group):
     for g in grads:
         g.mul_(min(1.0, max_norm / norm.item()))
     return norm.item()
+# ------------------------------------------------------------------------- diagnose_trace
+def diag_cause_only(ev):
+    return "straggler"
+
+
+def diag_many_all_reduces_is_the_bucket(ev):
+    """Reads 'many all-reduces per step' as the problem (it is the healthy pattern)."""
+    return ("big_bucket", "all_reduces_per_step") if ev.all_reduces_per_step > 1 \
+        else ("healthy", "gap_ms")
+
+
+def diag_item_as_straggler(ev):
+    from lab_utils.exercises.diagnose_trace import diagnose
+
+    cause, field = diagnose(ev)
+    return ("straggler", "gap_cause") if cause == "host_sync" else (cause, field)
+
+
+def diag_right_other_order(ev):
+    """Bucket first, then loader, syncs, compiles; other evidence fields."""
+    if ev.all_reduces_per_step <= 1:
+        return "big_bucket", "overlap_fraction"
+    if ev.loader_ms_per_step > 0:
+        return "data_stall", "gap_cause"
+    if ev.item_calls_per_step >= 10:
+        return "host_sync", "item_calls_per_step"
+    if ev.compiles_per_step > 0:
+        return "recompile", "compiles_per_step"
+    return "straggler", "compute_spread"
+
+
+def diag_right_table(ev):
+    """A table of (signal, cause, field), the first signal that fires wins."""
+    table = [(ev.compiles_per_step > 0.5, "recompile", "compiles_per_step"),
+             (ev.loader_ms_per_step > 1.0, "data_stall", "loader_ms_per_step"),
+             (ev.item_calls_per_step > 2 * 1, "host_sync", "item_calls_per_step"),
+             (ev.all_reduces_per_step < 2, "big_bucket", "exposed_ms")]
+    return next(((c, f) for fired, c, f in table if fired), ("straggler", "slowest_rank"))
 
 
 WRONG = {
@@ -670,6 +708,9 @@ WRONG = {
 }
 RAISING = {
     "zero1_step": [(zero1_gather_default_group, "wrong group: ")],
+    "diagnose_trace": [(diag_cause_only, "return (cause, evidence_field)"),
+                       (diag_many_all_reduces_is_the_bucket, "ONE rank is slow"),
+                       (diag_item_as_straggler, "the count is the evidence")],
     "find_the_hang": [
         (hang_every_local_batch, "a hang: your ranks ran different numbers of collectives"),
     ],
@@ -701,6 +742,13 @@ MODULE_WRONG = {
         "compared with a tolerance": "a tolerance (allclose, norms) hides a flipped low-order bit",
         "positions in the group, not global ranks": "return GLOBAL ranks",
         "gathered over WORLD, not the group": "the comparison must use `group`, not WORLD",
+    },
+    "diagnose_trace": {
+        "every idle gap is a straggler": "wait for input on all ranks alike",
+        "exposed communication blamed on the network": "the communication is EXPOSED",
+        "host syncs ignored": "the count is the evidence, not the time",
+        "recompilation read as a data stall": "not for data",
+        "the right cause with the longest gap as evidence": "gap_ms does not show it",
     },
     "find_the_hang": {
         "surplus batches stepped locally": "some update was not averaged over all ranks",
@@ -811,6 +859,7 @@ RIGHT = {
     "row_parallel": [row_right_own_function, row_right_bias_per_rank_share],
     "moe_dispatch": [moe_right_loop, moe_right_masked_gate],
     "loss_scaler": [scaler_right_unscale_by_multiply, scaler_right_gradscaler_math],
+    "diagnose_trace": [diag_right_other_order, diag_right_table],
     "find_the_hang": [ftH_right_all_gather_counts, ftH_right_negated_max],
     "ddp_bucket_hook": [bucket_right_readiness_set, bucket_right_avg_op],
     "naive_ddp": [naive_right_flat_buffer, naive_right_last_layer_first],
