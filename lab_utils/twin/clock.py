@@ -9,7 +9,9 @@ Rules (each is a line below, checked by hand-computed cases in tests/test_twin_c
 * a blocking call is issue + wait: now = max(now, end); compute issued between an async call
   and its wait overlaps it for free, as on a GPU's communication stream;
 * point-to-point work uses its own stream ("p2p"), so sends and receives do not queue behind
-  collectives (NCCL runs them on separate channels).
+  collectives (NCCL runs them on separate channels);
+* storage and host copies (a checkpoint) use the "io" stream: work starts when it is free, and
+  a step mark does NOT wait for it (an async checkpoint write outlives steps); ``wait_io`` does.
 Times are seconds of EMULATED time; the wall clock never enters.
 """
 from __future__ import annotations
@@ -111,6 +113,20 @@ class RankClock:
         for end in self.pending:
             self.wait(end)
         self.pending.clear()
+
+    def io(self, seconds: float, name: str, nbytes: float = 0.0, wait: bool = True) -> float:
+        """``seconds`` of storage / host-copy work on the "io" stream, from when it is free;
+        the rank waits for it if ``wait``. Returns its end."""
+        start = max(self.now, self.free.get("io", 0.0))
+        self.free["io"] = end = start + max(0.0, seconds)
+        self.spans.append(Span(self.rank, "io", name, start, end, bytes=nbytes))
+        if wait:
+            self.wait(end)
+        return end
+
+    def wait_io(self) -> None:
+        """Wait for every io work issued so far."""
+        self.wait(self.free.get("io", 0.0))
 
     def mark_step(self) -> float:
         """End of a training step: join the streams, record and return the time."""
