@@ -160,3 +160,23 @@ def test_hsdp_beats_fsdp_across_nodes_and_layouts_rank():
     assert t8.same_losses(runs.values())
     rows = {r["layout"]: r for r in t8.layout_rows(runs, cluster)}
     assert rows["dp=8 tp=1 pp=1"]["emulated rank"] == 1 == rows["dp=2 tp=2 pp=2"]["planner rank"]
+
+
+def test_cluster_explorer_reruns_a_real_step_after_a_prediction():
+    """Item 8: the learner's choice of cluster re-runs the real pipeline step; the prediction is
+    kept beside the emulated time; one stage per node over 10 GbE is slower than NVLink, and
+    an impossible choice is a ValueError naming the field."""
+    from lab_utils.experiments.lab07 import pp_worker
+    from lab_utils.twin.widget import ClusterExplorer
+
+    ex = ClusterExplorer(pp_worker, P, [dict(schedule="1f1b", m=M)], scale=pipeline_scale())
+    assert ex.node_counts() == [1, 2, 4]
+    one, spread = ex.run("100"), ex.run(100, nodes=4, inter="10GbE")
+    assert spread.cluster.inter.name == "10GbE" and spread.cluster.nodes == 4
+    assert spread.emulated_ms > 2 * one.emulated_ms and len(ex.history) == 2
+    assert one.row()["your prediction (ms)"] == 100.0 and one.verdict
+    for bad, field in ((dict(nodes=3), "nodes"), (dict(inter="bogus"), "inter")):
+        with pytest.raises(ValueError, match=field):
+            ex.run(1, **bad)
+    with pytest.raises(ValueError, match="prediction_ms"):
+        ex.run(float("nan"))

@@ -30,6 +30,8 @@ Index (one concept per file):
     trace      timeline_events, figure (Gantt view), chrome_trace (Perfetto)
     validate   the emulator against calc's analytic model and published measurements
                (``python -m lab_utils twin validate``)
+    widget     ClusterExplorer: the learner picks the cluster, commits a prediction, a real
+               step re-runs and its timeline is redrawn (``from lab_utils.twin.widget import``)
 
 How it was built (the sketch in shared/designs/emulated_cluster.md, kept where it held, changed
 where a probe on torch 2.13 said otherwise):
