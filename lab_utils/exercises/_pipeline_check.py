@@ -2,12 +2,12 @@
 
 For every (p, m) of a grader's configurations: the learner's ``fn(stage, p, m)`` gives each stage's
 order; a structural check may reject it at once; otherwise the orders run on real ranks
-(``experiments.lab07.pipeline_step`` on the emulated cluster, ``twin.emulate.emulating``), and
-each rank's summary (deadlock, first wrong gradient, peak in-flight micro-batches, timeline
-events) is gathered so that every rank reaches the same verdict. With p smaller than the world, the world runs several pipelines and the
-verdict reads the first one (every other rank). Also shared: the structural check of the orders
-(``validate_orders``), the first two verdicts (``stuck_or_wrong``: a deadlock, wrong gradients)
-and the idle fraction of the orders' ideal timeline (``ideal_bubble``).
+(``experiments.lab07.pipeline_step`` on the emulated cluster, ``twin.emulate.emulating``), and each
+rank's summary (deadlock, first wrong gradient, peak in-flight micro-batches, timeline events) is
+gathered so that every rank reaches the same verdict. With p smaller than the world, the world runs
+several pipelines and the verdict reads the first one (every other rank). Also shared: the
+structural check of the orders (``validate_orders``), the first two verdicts (``stuck_or_wrong``: a
+deadlock, wrong gradients) and the idle fraction of the orders' ideal timeline (``ideal_bubble``).
 """
 from __future__ import annotations
 

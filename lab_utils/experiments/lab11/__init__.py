@@ -13,7 +13,8 @@
 
 The names of training.py and drill.py are importable from here (``lab11.checkpoint_drill``);
 elastic.py, faults.py and twin.py are modules of their own (``from lab_utils.experiments.lab11
-import elastic, faults, twin``). The goodput formulas are calculators: ``lab_utils/calc/goodput.py``.
+import elastic, faults, twin``). The goodput formulas are calculators:
+``lab_utils/calc/goodput.py``.
 """
 from lab_utils.experiments.lab11.drill import (CheckpointDrill, Resharded, SaveComparison,
                                                checkpoint_drill, compare_saves, reshard_load)
