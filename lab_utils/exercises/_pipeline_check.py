@@ -2,12 +2,12 @@
 
 For every (p, m) of a grader's configurations: the learner's ``fn(stage, p, m)`` gives each stage's
 order; a structural check may reject it at once; otherwise the orders run on real ranks
-(``experiments.lab07.pipeline_step`` with simulated compute), and each rank's summary (deadlock,
-first wrong gradient, peak in-flight micro-batches, timeline events) is gathered so that every rank
-reaches the same verdict. With p smaller than the world, the world runs several pipelines and the
-verdict reads the first one (every other rank). Also shared: the structural check of the orders
-(``validate_orders``), the first two verdicts (``stuck_or_wrong``: a deadlock, wrong gradients)
-and the idle fraction of the orders' ideal timeline (``ideal_bubble``).
+(``experiments.lab07.pipeline_step`` on the emulated cluster, ``twin.emulate.emulating``), and each
+rank's summary (deadlock, first wrong gradient, peak in-flight micro-batches, timeline events) is
+gathered so that every rank reaches the same verdict. With p smaller than the world, the world runs
+several pipelines and the verdict reads the first one (every other rank). Also shared: the
+structural check of the orders (``validate_orders``), the first two verdicts (``stuck_or_wrong``: a
+deadlock, wrong gradients) and the idle fraction of the orders' ideal timeline (``ideal_bubble``).
 """
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ Orders = list[list[str]]
 def check_orders(ctx: Any, fn: Callable, configs: tuple[tuple[int, int], ...],
                  validate: Callable[[list, int, int], str | None],
                  verdict: Callable[[list[dict], Orders, int, int], Verdict],
-                 t_f: float, stuck_after_s: float, title: str) -> Verdict:
-    from lab_utils.experiments.lab07 import SimCompute, pipeline_step, reference_grads
+                 stuck_after_s: float, title: str) -> Verdict:
+    from lab_utils.experiments.lab07 import pipeline_step, reference_grads
+    from lab_utils.experiments.lab07.pipeline import pipeline_cluster, pipeline_scale
+    from lab_utils.twin.emulate import emulating
     from lab_utils.parallel.pipeline_parallel.stage import PipelineStuck
 
     results = []
@@ -36,9 +38,9 @@ def check_orders(ctx: Any, fn: Callable, configs: tuple[tuple[int, int], ...],
         orders = [list(o) for o in orders]
         mine: dict[str, Any] = {"stuck": None}
         try:
-            res = pipeline_step(ctx, order=lambda s, p_, m_: orders[s], m=m, pp=p,
-                                sim=SimCompute(t_f), warmup_step=True,
-                                deadlock_after_s=stuck_after_s)
+            with emulating(ctx, pipeline_cluster(p=ctx.world_size), pipeline_scale()) as ectx:
+                res = pipeline_step(ectx, order=lambda s, p_, m_: orders[s], m=m, pp=p,
+                                    deadlock_after_s=stuck_after_s)
             _, ref = reference_grads(m)
             wrong = (compare_tensors(g, ref[n], what=f"gradient of {n}")
                      for n, g in res.grads.items())

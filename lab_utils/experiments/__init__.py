@@ -25,7 +25,7 @@ main one's names (``lab04.train_step``), so a notebook imports ``labNN`` either 
                    ZeRO-3 vs ZeRO-2 on the emulated cluster)
     lab06/         tp (TP layers and TinyGPT vs one process, bytes, activations), drills (DTensor,
                    dropout seeding, a SIMULATED slow link, thin matmuls)
-    lab07/         pipeline (our schedules on ranks), sim (simulated compute), torch_pipeline
+    lab07/         pipeline (our schedules on ranks, emulated clock), sim (observer), torch_pipeline
     lab08/         training (2D / 3D), plans (planner tables, pure), ring (ring attention)
     lab09/         shape (the toy MoE and its data), ep (EP vs dense, EP x DP), balance (router)
     lab10/         scaling (curves and bottlenecks on ranks), local (one core: matmuls, a loader),

@@ -1,6 +1,6 @@
 """Helpers the labs' experiments share, in one place: this rank's batches, the mean over ranks,
-plain SGD written out, a span that times nothing, the clock a rank runs on (emulated or wall) and
-one window of an emulated run.
+plain SGD written out (and its steps marked on the emulated clock), a span that times nothing,
+the clock a rank runs on (emulated or wall) and one window of an emulated run.
 
 Each runs on a rank (inside a function launched with ``lab_utils.run``) and uses the rank's own
 group; none holds state.
@@ -18,7 +18,7 @@ from torch import nn
 
 from lab_utils import twin
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.models import GPTConfig
+from lab_utils.models import GPTConfig, lm_loss
 
 
 def rank_batches(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
@@ -27,6 +27,22 @@ def rank_batches(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
     n = ctx.world_size
     batches = token_batches(steps, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=seed)
     return [shard_for_rank(b, ctx.rank, n) for b in batches]
+
+
+def marked_sgd_steps(model: nn.Module, forward: Any, batches: Any) -> list[float]:
+    """One step per (x, y) batch: ``lm_loss(forward(x), y)``, backward, ``sgd_step(model)``,
+    then ``twin.step()`` (a step mark on the emulated clock; nothing outside an emulated run).
+    ``forward`` is the wrapped model (DDP, FSDP2). Returns this rank's losses."""
+    from lab_utils import twin
+
+    losses = []
+    for x, y in batches:
+        loss = lm_loss(forward(x), y)
+        loss.backward()
+        sgd_step(model)
+        losses.append(loss.item())
+        twin.step()
+    return losses
 
 
 def mean_over_ranks(values: list[float], group: Any) -> list[float]:

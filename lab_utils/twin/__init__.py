@@ -20,7 +20,7 @@
 Index (one concept per file):
     topology   Cluster (nodes x GPUs, GPU peak x efficiency, intra/inter Link), presets from
                calc.hardware.CLUSTER_SPECS (vendor data sheets), Span of a group
-    clock      RankClock: virtual time of one rank, compute / comm / p2p streams, the rules
+    clock      RankClock: virtual time of one rank, compute / comm / p2p / io streams, the rules
     backend    EmulatedGroup: the "twin" process-group backend (gloo data, emulated time)
     compute    ComputeCharge: FLOPs counted per op (torch's flop registry) -> compute time
     scale      Scale: charge a full-size model's FLOPs / bytes while a tiny model runs
@@ -30,6 +30,8 @@ Index (one concept per file):
     trace      timeline_events, figure (Gantt view), chrome_trace (Perfetto)
     validate   the emulator against calc's analytic model and published measurements
                (``python -m lab_utils twin validate``)
+    widget     ClusterExplorer: the learner picks the cluster, commits a prediction, a real
+               step re-runs and its timeline is redrawn (``from lab_utils.twin.widget import``)
 
 How it was built (the sketch in shared/designs/emulated_cluster.md, kept where it held, changed
 where a probe on torch 2.13 said otherwise):
@@ -67,11 +69,20 @@ def step() -> float | None:
     return None if s is None else s.clock.mark_step()
 
 
+def io(seconds: float, name: str = "write", nbytes: float = 0.0,
+       wait: bool = True) -> float | None:
+    """Charge ``seconds`` of storage or host-copy work (a checkpoint write, a staging copy) on
+    this rank's "io" stream; ``wait=False`` lets it run in the background (an async save), and
+    step marks do not wait for it. Returns its end; None outside an emulated run."""
+    s = _session.current()
+    return None if s is None else s.clock.io(seconds, name, nbytes, wait)
+
+
 def now() -> float | None:
     """This rank's emulated time in seconds (None outside an emulated run)."""
     s = _session.current()
     return None if s is None else s.clock.now
 
 
-__all__ = ["Cluster", "Emulation", "Link", "Scale", "chrome_trace", "emulate", "figure", "now",
-           "step", "timeline_events"]
+__all__ = ["Cluster", "Emulation", "Link", "Scale", "chrome_trace", "emulate", "figure", "io",
+           "now", "step", "timeline_events"]

@@ -249,9 +249,10 @@ class EmulatedGroup(ProcessGroup):
         def end() -> float:
             if not done:  # unpack once: the data into the caller's tensors, the start
                 at = 8
-                for t in tensors:
+                for t in tensors:  # a buffer may require grad (torch.pipelining's): no autograd
                     n = t.numel() * t.element_size()
-                    t.copy_(msg[at:at + n].view(t.dtype).view(t.shape))
+                    with torch.no_grad():
+                        t.copy_(msg[at:at + n].view(t.dtype).view(t.shape))
                     at += n
                 start = max(ready, float(msg[:8].view(torch.float64)[0]))
                 done.append(s.clock.occupy("p2p", start, cost, "recv", nb, RECV))

@@ -12,6 +12,8 @@ Rules (each is a line below, checked by hand-computed cases in tests/test_twin_c
   collectives (NCCL runs them on separate channels); its links are full duplex: sends queue
   behind sends and receives behind receives (lanes "p2p send" / "p2p recv"), but a send and a
   receive overlap, as in a ring step where every rank sends right while it receives from the left.
+* storage and host copies (a checkpoint) use the "io" stream: work starts when it is free, and
+  a step mark does NOT wait for it (an async checkpoint write outlives steps); ``wait_io`` does.
 Times are seconds of EMULATED time; the wall clock never enters.
 """
 from __future__ import annotations
@@ -116,6 +118,20 @@ class RankClock:
         for end in self.pending:
             self.wait(end)
         self.pending.clear()
+
+    def io(self, seconds: float, name: str, nbytes: float = 0.0, wait: bool = True) -> float:
+        """``seconds`` of storage / host-copy work on the "io" stream, from when it is free;
+        the rank waits for it if ``wait``. Returns its end."""
+        start = max(self.now, self.free.get("io", 0.0))
+        self.free["io"] = end = start + max(0.0, seconds)
+        self.spans.append(Span(self.rank, "io", name, start, end, bytes=nbytes))
+        if wait:
+            self.wait(end)
+        return end
+
+    def wait_io(self) -> None:
+        """Wait for every io work issued so far."""
+        self.wait(self.free.get("io", 0.0))
 
     def mark_step(self) -> float:
         """End of a training step: join the streams, record and return the time."""

@@ -42,7 +42,8 @@ class ComputeCharge(TorchDispatchMode):
             flops = counter(*args, **kwargs, out_val=out)
             self.flops += flops
             name = "backward" if torch._C._current_autograd_node() is not None else "forward"
-            s.clock.compute(flops * s.scale.flops / s.cluster.flops_per_s, name, flops)
+            s.clock.compute(flops * s.scale.flops / s.cluster.rank_flops_per_s(s.rank), name,
+                            flops)
         elif func.namespace == "c10d" and not s.forwarding:
             s.report_unknown(f"c10d.{_name(func)}")
         return out

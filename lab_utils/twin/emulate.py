@@ -5,11 +5,14 @@ the DEFAULT group for the call (so ``dist.all_reduce(t)``, ``ctx.group``, DDP, D
 FSDP2 all go through it; sub-groups made with ``dist.new_group`` default to it too), runs
 ``fn(ctx, *args, **kwargs)`` under the compute charge, then restores the real default group. It
 works on the warm pool or a cold launch (``lab_utils.run``'s options pass through).
+``emulating(ctx, cluster)`` does the same for a block of code on ranks that are already running
+(an exercise's check on the learner's function).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch.distributed as dist
 
@@ -21,22 +24,32 @@ from lab_utils.twin.scale import Scale
 from lab_utils.twin.topology import Cluster
 
 
-def _on_rank(ctx: Any, fn: Callable, cluster: Cluster, scale: Scale, args: tuple,
-             kwargs: dict) -> RankRecord:
+@contextmanager
+def emulating(ctx: Any, cluster: Cluster, scale: Scale | None = None) -> Iterator[Any]:
+    """On a rank that is ALREADY running (inside ``lab_utils.run``, e.g. an exercise's check):
+    emulate the block on ``cluster``'s clock. Collective: every rank of ``ctx`` enters it.
+    Yields the ctx whose ``group`` is the emulated world; the session's clock ends joined."""
     register()
     c10d = dist.distributed_c10d
     world = dist.new_group(ranks=list(range(ctx.world_size)), backend=BACKEND)
-    s = _session.Session(ctx.rank, cluster, scale)
+    s = _session.Session(ctx.rank, cluster, scale if scale is not None else Scale())
     real_default = c10d._world.default_pg
     _session.begin(s)
     c10d._world.default_pg = world
     try:
         with ComputeCharge(s):
-            result = fn(replace(ctx, group=world), *args, **kwargs)
+            yield replace(ctx, group=world)
         s.clock.join()
     finally:
         c10d._world.default_pg = real_default
         _session.end()
+
+
+def _on_rank(ctx: Any, fn: Callable, cluster: Cluster, scale: Scale, args: tuple,
+             kwargs: dict) -> RankRecord:
+    with emulating(ctx, cluster, scale) as ectx:
+        result = fn(ectx, *args, **kwargs)
+        s = _session.current()
     return RankRecord(ctx.rank, result, [sp.as_dict() for sp in s.clock.spans],
                       list(s.clock.steps), s.clock.now, list(s.unknown), dict(s.calls))
 

@@ -53,6 +53,7 @@ class Cluster:
     name: str = "cluster"
     gpu: str = "GPU"
     source: str = "declared by hand"
+    slow_ranks: tuple = ()  # ((rank, factor), ...): that GPU runs at factor x (a straggler)
 
     def __post_init__(self) -> None:
         pos_int("Cluster.nodes", self.nodes)
@@ -61,6 +62,15 @@ class Cluster:
         fraction("Cluster.efficiency", self.efficiency, "a fraction of peak in (0, 1]")
         if self.efficiency == 0:
             raise ValueError("Cluster.efficiency must be > 0 (a fraction of peak in (0, 1])")
+        for pair in self.slow_ranks:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ValueError(f"Cluster.slow_ranks holds (rank, factor) pairs, got {pair!r}")
+            if not (isinstance(pair[0], int) and 0 <= pair[0] < self.world_size):
+                raise ValueError(f"Cluster.slow_ranks: rank {pair[0]!r} is not one of the "
+                                 f"cluster's {self.world_size} GPUs (0..{self.world_size - 1})")
+            fraction("Cluster.slow_ranks factor", pair[1], "a GPU's speed as a fraction in (0, 1]")
+            if pair[1] == 0:
+                raise ValueError("Cluster.slow_ranks factor must be > 0 (a fraction in (0, 1])")
         for f in ("intra", "inter"):
             if not isinstance(getattr(self, f), Link):
                 raise ValueError(f"Cluster.{f} must be a twin.Link, got "
@@ -74,6 +84,10 @@ class Cluster:
     def flops_per_s(self) -> float:
         """What compute is charged at: peak x efficiency."""
         return self.peak_flops * self.efficiency
+
+    def rank_flops_per_s(self, rank: int) -> float:
+        """What ``rank``'s compute is charged at: peak x efficiency x its ``slow_ranks`` factor."""
+        return self.flops_per_s * dict(self.slow_ranks).get(rank, 1.0)
 
     @staticmethod
     def preset(name: str, nodes: int = 1, gpus_per_node: int | None = None) -> "Cluster":

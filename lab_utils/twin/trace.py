@@ -1,7 +1,7 @@
 """An emulated run's timeline: events for the Gantt view, idle gaps, and a Chrome trace JSON.
 
 ``timeline_events`` gives dicts ``{rank, name, start, end, lane}`` (lane = the stream:
-"compute", "comm", "p2p"; idle gaps of the compute stream are events named "idle"), which
+"compute", "comm", "p2p", "io"; idle gaps of the compute stream are events named "idle"), which
 ``lab_utils.viz.gantt.gantt_figure`` draws with one row per rank and stream. ``chrome_trace``
 writes the Trace Event Format that Perfetto (ui.perfetto.dev) and chrome://tracing open: one
 process per rank, one thread per stream, times in microseconds of EMULATED time.
@@ -13,7 +13,7 @@ from typing import Any
 
 from lab_utils.twin.result import Emulation
 
-STREAMS = ("compute", "comm", "p2p")
+STREAMS = ("compute", "comm", "p2p", "io")
 
 
 def idle_gaps(spans: list[dict], rank: int, end: float) -> list[dict]:

@@ -1,8 +1,10 @@
 """Lab 07's experiments (pipeline parallelism): what the notebook, tests and benchmark run.
 
     pipeline.py         the from-scratch schedules on real ranks: gradients, bubble, memory, bytes
-    sim.py              simulated compute and the observer that times the StageWorkers from outside
-    torch_pipeline.py   torch.distributed.pipelining's schedules, timed inside the stages; replay;
+    sim.py              the observer that times the StageWorkers from outside (emulated clock under
+                        lab_utils.twin); SimCompute, the slept compute lab 10 still uses
+    torch_pipeline.py   torch.distributed.pipelining's schedules, their order recorded inside the
+                        stages, their time on the emulated clock; replay;
                         TORCH_CONFIG (the model those runs use)
     tables.py           each schedule's formula beside its measurement, as table rows
 """

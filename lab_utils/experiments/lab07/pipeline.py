@@ -1,14 +1,16 @@
 """Lab 07's experiments: pipeline schedules on real ranks, measured from outside, vs one process.
 
-    run_pipeline([dict(schedule="zb-h1", m=8, sim=SimCompute(0.05)), ...], p) -> [PipelineRun]
+    run_pipeline([dict(schedule="zb-h1", m=8), ...], p, cluster=...) -> [PipelineRun]
+                                       (with ``cluster``: on lab_utils.twin's emulated clock)
+    pipeline_cluster(...), pipeline_scale(...)   the lab's emulated cluster and its Scale
     reference_grads(m)                 the single-process loss and gradients every run must match
     grad_error(run, ref)               the largest |gradient - reference|
     p2p_bytes_formula(schedule, p, m)  bytes each rank sends per step (formula)
     stage_compute_costs(cfg, p)        real CPU time of each stage (load imbalance)
 
 Each experiment is a dict of ``pipeline_step`` keyword arguments; one launch runs a list of
-them. Timing, simulated compute and memory counts come from ``sim.StageObserver``; bytes from
-CommLedger (ledger) and WireMeter (wire) around the step.
+them. Timing and memory counts come from ``sim.StageObserver`` (emulated seconds when the run is
+on the twin); bytes from CommLedger (ledger) and WireMeter (wire) around the step.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ import torch.distributed as dist
 from lab_utils.calc.comm import pp_bytes_per_microbatch
 from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
 from lab_utils.data import token_batches
-from lab_utils.experiments.lab07.sim import SimCompute, StageObserver, shared_stamps
+from lab_utils import twin
+from lab_utils.experiments.lab06.twin import layer_scale
+from lab_utils.experiments.lab07.sim import SimCompute, StageObserver
 from lab_utils.measure import CommLedger, Timeline, WireMeter
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.pipeline_parallel.schedules import SCHEDULES, from_order
@@ -114,9 +118,6 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     shape = (micro_batch, cfg.seq_len, cfg.d_model)
     warmup_step = sim is not None if warmup_step is None else warmup_step
     timeline, events = Timeline(ctx), []
-    if sim and sim.free_p2p and topo.dp > 1:
-        raise ValueError("free_p2p needs one pipeline (pp = world size)")
-    stamps = shared_stamps(ctx, 2 * p * v * m) if sim and sim.free_p2p else None
     for step in range(-1 if warmup_step else 0, repeats):
         # the untimed warm-up step (real compute) keeps first-call allocations out of the timeline
         base = next(_STEPS) * _TAGS_PER_STEP
@@ -126,8 +127,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
         timed = step >= 0
         if timed:
             timeline.events = []
-            obs = StageObserver(timeline, chunks, sim.op_times(s, v) if sim else None,
-                                stamps)
+            obs = StageObserver(timeline, chunks, sim.op_times(v) if sim else None)
             model.zero_grad(set_to_none=True)
             dist.barrier()  # every rank starts the timed step together
         with _bytes_meters(ctx, timed and measure_bytes, timed and ledger) as (calls, wire):
@@ -188,16 +188,39 @@ def _idle(events: list[dict], window: str) -> float:
     return b.mean if window == "global" else b.max
 
 
-def run_pipeline(experiments: list[dict], world_size: int, **run_kwargs: Any) -> list[PipelineRun]:
-    """Launch ``pp_worker`` on world_size ranks; one merged PipelineRun per experiment."""
+def run_pipeline(experiments: list[dict], world_size: int, cluster: twin.Cluster | None = None,
+                 scale: twin.Scale | None = None, **run_kwargs: Any) -> list[PipelineRun]:
+    """Launch ``pp_worker`` on world_size ranks; one merged PipelineRun per experiment. With
+    ``cluster`` the ranks run on the emulated cluster (``twin.emulate``): every time in the
+    runs is EMULATED seconds (``scale``: the FLOPs and bytes charged, see pipeline_scale)."""
     from lab_utils.runtime.launch import oversubscription_note, run
 
-    note = oversubscription_note(world_size, "gloo")
-    if note and any(e.get("sim") is None for e in experiments):
-        print(f"[pp] real-compute mode: {note}")  # simulated compute sleeps: no such caveat
-    res = run(pp_worker, world_size, experiments, **{"quiet": True, **run_kwargs})
+    run_kwargs = {"quiet": True, **run_kwargs}
+    if cluster is not None:
+        res = twin.emulate(pp_worker, world_size, cluster, experiments, scale=scale,
+                           **run_kwargs).results
+    else:
+        note = oversubscription_note(world_size, "gloo")
+        if note and any(e.get("sim") is None for e in experiments):
+            print(f"[pp] real-compute mode: {note}")
+        res = run(pp_worker, world_size, experiments, **run_kwargs)
     return [merge([res[r][k] for r in range(world_size)], exp)
             for k, exp in enumerate(experiments)]
+
+
+def pipeline_cluster(preset: str = "DGX H100", p: int = 4, across_nodes: bool = False
+                     ) -> twin.Cluster:
+    """The lab's emulated cluster: p GPUs of ``preset`` in one node (stages talk over NVLink),
+    or one per node (every stage boundary crosses the network)."""
+    return (twin.Cluster.preset(preset, nodes=p, gpus_per_node=1) if across_nodes
+            else twin.Cluster.preset(preset, nodes=1, gpus_per_node=p))
+
+
+def pipeline_scale(cfg: GPTConfig = PP_CONFIG, micro_batch: int = 2) -> twin.Scale:
+    """Every FLOP and byte charged as a full-width layer's (h = 4096, s = 2048, one sequence
+    per micro-batch; lab 06's ``layer_scale``): a stage's compute and its messages keep a real
+    model's proportions while the tiny model does the math."""
+    return layer_scale(cfg, micro_batch)
 
 
 def reference_grads(m: int = 4, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG,

@@ -4,7 +4,8 @@
     in_flight_formula(schedule, p, m, v) activations each stage holds at its peak, in micro-batches
                                          of one stage (interleaved chunks count 1/v each)
     measured_bubble(run), measured_in_flight(run)   the matching measurements of a PipelineRun
-    schedule_rows / grad_rows / bytes_rows / timing_note   for lab_utils.viz.show_table
+    stage_costs(run), op_rows(runs)      seconds each rank computed; per-op means and the step
+    schedule_rows / grad_rows / bytes_rows   for lab_utils.viz.show_table
 
 The formulas are lab_utils.calc's (``bubble``, ``peak_in_flight``: Huang et al. 2019; Narayanan
 et al. 2021 Sec. 2.2; Korthikanti et al. 2022 Sec. 4; Qi et al. 2023 Sec. 3), with two cases
@@ -58,6 +59,30 @@ def measured_bubble(run: Any) -> float:
     return run.steady_bubble.max if run.schedule == "zb-h2" else run.bubble.mean
 
 
+def stage_costs(run: Any) -> list[float]:
+    """Seconds each rank computed in the step (the sum of its F, B and W spans): on the
+    emulated clock, the FLOPs its stage really ran at the GPU's rate."""
+    busy = [0.0] * run.p
+    for e in run.events:
+        busy[e["rank"] % run.p] += e["end"] - e["start"]
+    return busy
+
+
+def op_rows(runs: Sequence[Any]) -> list[dict]:
+    """Per run and rank: the mean F, B and W (ms), the compute and the step (ms): where a
+    schedule's time goes on the emulated clock."""
+    rows = []
+    for r in runs:
+        step, busy = max(e["end"] for e in r.events), stage_costs(r)
+        for rank in range(r.p):
+            mine = [e for e in r.events if e["rank"] % r.p == rank]
+            mean = {k: [e["end"] - e["start"] for e in mine if e["name"] == k] for k in "FBW"}
+            rows.append({"schedule": label(r), "rank": rank,
+                         **{k: 1e3 * sum(d) / len(d) if d else None for k, d in mean.items()},
+                         "computed": 1e3 * busy[rank], "step": 1e3 * step})
+    return rows
+
+
 def label(run: Any) -> str:
     return run.schedule + (f" (v={run.v})" if run.v > 1 else "")
 
@@ -104,19 +129,3 @@ def bytes_rows(runs: Sequence[Any], micro_batch: int = 2) -> list[dict]:
                      "wire / formula": wire / formula if wire else None,
                      "headers (48 B)": (wire - formula) / GLOO_HEADER_BYTES if wire else None})
     return rows
-
-
-def timing_note(rows: Sequence[dict], tol: float = 0.02) -> None:
-    """A measured bubble more than ``tol`` off its formula on a shared machine is the machine,
-    not the schedule: say so (printed) instead of failing."""
-    import os
-
-    worst = max((abs(r["diff"]) for r in rows), default=0.0)
-    if worst <= tol:
-        return
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    note = (f"note: a measured bubble is {worst:.3f} off its formula. This machine is busy (load "
-            f"average {load:.0f} on {os.cpu_count()} cores): a rank that wakes up late from its "
-            "simulated compute delays its neighbours, which mostly adds idle time. "
-            "benchmarks/bench_bubble.py keeps the best of 5 steps.")
-    print(note)

@@ -1,18 +1,16 @@
 """Lab 07's runs of torch.distributed.pipelining's schedules, and ``replay`` of a recorded order.
 
-Torch runs the schedule, so we time INSIDE the stage modules. ``TimedStage`` wraps a stage; in
-SIMULATED-COMPUTE mode its forward is padded to t_f/v, and its backward sleeps T_B/v on the
-input-gradient path ("B") and T_W/v on a branch that only the weight-gradient pass reaches
-("W"). Zero-bubble schedules run those two at different times; the others back to back. The
-real compute still runs, so losses and gradients are exact; the backward's real compute (tiny)
-is not inside the recorded spans. Torch's own per-operation overhead (Python, bookkeeping of
-messages) lands in the measured idle time; ``replay`` re-times each rank's recorded ORDER with
-exact op times and free messages: what the schedule itself achieves.
+Torch runs the schedule, so we watch INSIDE the stage modules: ``TimedStage`` wraps a stage and
+records the ORDER in which each rank runs its F, B and W (B on the input-gradient path, W on a
+branch that only the weight-gradient pass reaches; zero-bubble schedules run them apart). On the
+emulated cluster (``run_torch_pipeline(..., cluster=...)``) the timeline is the twin's: the
+compute each rank was charged for the FLOPs torch's schedule really ran, and its idle gaps; the
+bubble is measured there. ``replay`` re-times each rank's recorded ORDER with exact op times and
+free messages: what the schedule itself achieves, without its messages or uneven stages.
 """
 from __future__ import annotations
 
 import gc
-import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -20,9 +18,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils import twin
 from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
 from lab_utils.experiments.lab07.pipeline import make_batch
-from lab_utils.experiments.lab07.sim import SimCompute
 from lab_utils.measure import Timeline
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.pipeline_parallel.torch_schedules import (TORCH_SCHEDULES, build_schedule,
@@ -31,26 +29,26 @@ from lab_utils.parallel.pipeline_parallel.torch_schedules import (TORCH_SCHEDULE
 TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 
 
-class _SimF(torch.autograd.Function):
-    """Identity; forward pads the stage's forward, backward sleeps the input-gradient time."""
+class _MarkF(torch.autograd.Function):
+    """Identity; forward records F (from the stage's start), backward records B starting."""
 
     @staticmethod
     def forward(ctx, h, stage: "TimedStage", t0: float):
         ctx.stage = stage
-        stage.record("F", stage.n_f, t0, stage.t_f)
+        stage.record("F", stage.n_f, t0)
         stage.n_f += 1
         return h.clone()  # a new tensor (torch.pipelining detaches stage outputs in place)
 
     @staticmethod
     def backward(ctx, g):
         s = ctx.stage
-        s.record("B", s.n_b, s.timeline.now(), s.t_b - s.t_w)
+        s.record("B", s.n_b, s.now())
         s.n_b += 1
         return g, None, None
 
 
-class _SimW(torch.autograd.Function):
-    """0 * w in forward; its backward (the weight-gradient pass only) sleeps t_w."""
+class _MarkW(torch.autograd.Function):
+    """0 * w in forward; its backward (reached by the weight-gradient pass only) records W."""
 
     @staticmethod
     def forward(ctx, w, stage: "TimedStage"):
@@ -60,34 +58,34 @@ class _SimW(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         s = ctx.stage
-        s.record("W", s.n_w, s.timeline.now(), s.t_w)
+        s.record("W", s.n_w, s.now())
         s.n_w += 1
         return g * 0, None
 
 
 class TimedStage(nn.Module):
-    """A pipeline stage that records F / B / W spans; SIMULATED COMPUTE when times are > 0."""
+    """A pipeline stage that records its F / B / W operations in the order they run."""
 
     def __init__(self, inner: nn.Module, stage_id: int, timeline: Timeline) -> None:
         super().__init__()
         self.inner, self.stage_id, self.timeline = inner, stage_id, timeline
         self.w_dummy = nn.Parameter(torch.zeros(()))  # anchors the weight-only "W" branch
-        self.set_times(0.0, 0.0, 0.0)
+        self.reset()
 
-    def set_times(self, t_f: float, t_b: float, t_w: float) -> None:
-        self.t_f, self.t_b, self.t_w = t_f, t_b, t_w
+    def reset(self) -> None:
         self.n_f = self.n_b = self.n_w = 0  # micro-batch ids: each stage runs them in order
 
-    def record(self, name: str, mb: int, t0: float, duration: float) -> None:
-        left = t0 + duration - self.timeline.now()
-        if left > 0:
-            time.sleep(left)  # SIMULATED COMPUTE
-        self.timeline.add(name, t0, self.timeline.now(), mb=mb, stage=self.stage_id)
+    def now(self) -> float:
+        t = twin.now()
+        return self.timeline.now() if t is None else t
+
+    def record(self, name: str, mb: int, t0: float) -> None:
+        self.timeline.add(name, t0, self.now(), mb=mb, stage=self.stage_id)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t0 = self.timeline.now()
-        h = self.inner(x) + _SimW.apply(self.w_dummy, self)  # + 0: values unchanged
-        return _SimF.apply(h, self, t0)  # (b, T, C), or logits (b, T, V) on the last stage
+        t0 = self.now()
+        h = self.inner(x) + _MarkW.apply(self.w_dummy, self)  # + 0: values unchanged
+        return _MarkF.apply(h, self, t0)  # (b, T, C), or logits (b, T, V) on the last stage
 
 
 @dataclass
@@ -106,14 +104,11 @@ class TorchRun:
 
 
 def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
-                        cfg: GPTConfig = TORCH_CONFIG, sim: SimCompute | None = None,
-                        seed: int = 0) -> dict:
-    """One training step with torch's schedule ``schedule`` on p = world-size ranks.
-
-    An untimed warm-up step first (real compute), then a timed one (simulated compute if
-    ``sim``; T_W = sim.w_frac * t_b is the weight-gradient part). Returns this rank's events,
-    per-micro-batch losses (rank holding the last stage) and gradients by parameter name.
-    """
+                        cfg: GPTConfig = TORCH_CONFIG, seed: int = 0) -> dict:
+    """One training step with torch's schedule ``schedule`` on p = world-size ranks, after an
+    untimed warm-up step. Returns this rank's recorded order (events), the timed step's window
+    on the emulated clock (None off the twin), per-micro-batch losses (rank holding the last
+    stage) and gradients by parameter name."""
     _, v, placement, _ = TORCH_SCHEDULES[schedule]
     p, rank = ctx.world_size, ctx.rank
     gc.freeze()  # no full garbage collection of torch's objects inside the timed step
@@ -125,21 +120,22 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
     sched = build_schedule(schedule, mods, ids, ctx, m, lm_loss)
     x, y = make_batch(m, micro_batch, cfg, seed)
     has_first, has_last = 0 in ids, p * v - 1 in ids
-    for timed in (False, True):  # warm-up step (real compute, untimed), then the timed step
+    for _ in range(2):  # warm-up step (first-call set-up, shape checks), then the timed step
         model.zero_grad(set_to_none=True)
-        t_f, t_b = sim.times(rank) if (sim and timed) else (0.0, 0.0)
-        w_frac = sim.w_frac if sim else 0.5
         for mod in mods:
-            mod.set_times(t_f / v, t_b / v, w_frac * t_b / v)
+            mod.reset()
         timeline.events.clear()
         dist.barrier()
+        start = twin.step()  # the timed step's start on the emulated clock (None off it)
         losses: list[torch.Tensor] = []
         args = (x,) if has_first else ()
         kwargs = dict(target=y, losses=losses) if has_last else {}
         sched.step(*args, **kwargs)
+    end = twin.step()
     own = {id(q) for st in (all_stages[i] for i in ids) for q in st.parameters()}
     grads = {n: q.grad.clone() for n, q in model.named_parameters() if id(q) in own}
     return dict(events=list(timeline.events), grads=grads,
+                window=None if start is None else (start, end),
                 losses=[loss.item() for loss in losses] if has_last else None)
 
 
@@ -151,25 +147,43 @@ def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
         gc.unfreeze()  # torch_pipeline_step froze what existed; a warm rank runs other work next
 
 
+def _compute_in(em: twin.Emulation, rank: int, window: tuple[float, float]) -> list[dict]:
+    """``rank``'s emulated compute spans inside ``window`` (as Gantt events)."""
+    return [dict(rank=rank, name=s["name"], start=s["start"], end=s["end"])
+            for s in em.records[rank].spans
+            if s["stream"] == "compute" and window[0] <= s["start"] < window[1]]
+
+
 def run_torch_pipeline(experiments: list[dict], world_size: int,
+                       cluster: twin.Cluster | None = None, scale: twin.Scale | None = None,
                        **run_kwargs: Any) -> list[TorchRun]:
     """Launch; per experiment the merged events, bubble, mean loss, gradients and ``replayed``:
-    the same per-rank order re-timed by ``replay`` (simulated-compute times, else 1, 2)."""
+    the same per-rank order re-timed by ``replay`` (t_f = 1, t_b = 2, T_W = 1). With
+    ``cluster`` on the emulated cluster: ``events`` are each rank's emulated compute spans of
+    the timed step, ``bubble`` their idle time (EMULATED); without, the recorded order's spans
+    on this machine's wall clock."""
     from lab_utils.runtime.launch import run
 
     # torch.distributed.pipelining costs ~6 s of CPU to import: once in the agent, not per rank
-    res = run(torch_worker, world_size, experiments,
-              **{"quiet": True, "preload": ("torch.distributed.pipelining",), **run_kwargs})
+    run_kwargs = {"quiet": True, "preload": ("torch.distributed.pipelining",), **run_kwargs}
+    em = None
+    if cluster is not None:
+        em = twin.emulate(torch_worker, world_size, cluster, experiments, scale=scale,
+                          **run_kwargs)
+        res = em.results
+    else:
+        res = run(torch_worker, world_size, experiments, **run_kwargs)
     out = []
     for k, exp in enumerate(experiments):
         per_rank: Sequence[dict] = [res[r][k] for r in range(world_size)]
-        events = [e for r in per_rank for e in r["events"]]
+        order = [e for r in per_rank for e in r["events"]]
+        events = order if em is None else [
+            e for r in range(world_size) for e in _compute_in(em, r, per_rank[r]["window"])]
         t0 = min(e["start"] for e in events)
         events = [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in events]
         losses = next(r["losses"] for r in per_rank if r["losses"] is not None)
-        sim, (_, v, _, split) = exp.get("sim"), TORCH_SCHEDULES[exp["schedule"]]
-        t_f, t_b = sim.times(0) if sim else (1.0, 2.0)
-        ideal = replay(events, t_f, t_b, (sim.w_frac if sim else 0.5) * t_b, v, split)
+        _, v, _, split = TORCH_SCHEDULES[exp["schedule"]]
+        ideal = replay(order, 1.0, 2.0, 1.0, v, split)
         out.append(TorchRun(exp["schedule"], exp.get("m", 4), v, events,
                             bubble_from_timeline(events), ideal,
                             ideal and bubble_from_timeline(ideal),

@@ -8,10 +8,13 @@
                  job's stacks, the stall of dcp.save vs dcp.async_save
     faults.py    jobs that break without crashing: NaNs, silent divergence, stragglers, a hang
                  (flight recorder, watchdog)
+    twin.py      on the emulated cluster (lab_utils.twin): a checkpoint's stall, sync vs async,
+                 and a straggler GPU
 
 The names of training.py and drill.py are importable from here (``lab11.checkpoint_drill``);
-elastic.py and faults.py are modules of their own (``from lab_utils.experiments.lab11 import
-elastic, faults``). The goodput formulas are calculators: ``lab_utils/calc/goodput.py``.
+elastic.py, faults.py and twin.py are modules of their own (``from lab_utils.experiments.lab11
+import elastic, faults, twin``). The goodput formulas are calculators:
+``lab_utils/calc/goodput.py``.
 """
 from lab_utils.experiments.lab11.drill import (CheckpointDrill, Resharded, SaveComparison,
                                                checkpoint_drill, compare_saves, reshard_load)

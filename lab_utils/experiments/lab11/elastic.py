@@ -258,8 +258,7 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
                 steps_s.append(t1 - t0)
                 continue
             msd, osd = get_state_dict(model, opt)
-            nbytes = sum(getattr(t, "_local_tensor", t).nbytes for sd in (msd, osd["state"])
-                         for t in _tensors(sd))
+            nbytes = shard_bytes(msd, osd)
             path = os.path.join(root, f"{mode}_step{step + 1}")
             if pending is not None:   # the previous async save must be done before the next
                 pending[0].result()
@@ -279,6 +278,13 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
         out.append(SaveStall(mode, steps_s[len(steps_s) // 2], stall, complete, nbytes))
     dist.destroy_process_group(ckpt_group)
     return out
+
+
+def shard_bytes(model_sd: dict, optim_sd: dict) -> int:
+    """Tensor bytes of this rank's part of a (get_state_dict) model and optimizer state: a
+    DTensor counts its local shard, what a sharded checkpoint writes for this rank."""
+    return sum(getattr(t, "_local_tensor", t).nbytes for sd in (model_sd, optim_sd["state"])
+               for t in _tensors(sd))
 
 
 def _tensors(sd):
