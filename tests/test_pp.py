@@ -13,7 +13,7 @@ import torch
 
 from lab_utils.calc.pipeline import bubble, schedule
 from lab_utils.calc.timeline import bubble_from_timeline
-from lab_utils.experiments.lab07 import (SimCompute, grad_error, p2p_bytes_formula,
+from lab_utils.experiments.lab07 import (grad_error, p2p_bytes_formula,
                                          reference_grads, run_pipeline)
 from lab_utils.experiments.lab07.tables import in_flight_formula, measured_in_flight
 from lab_utils.experiments.lab07.torch_pipeline import replay
@@ -168,7 +168,6 @@ def test_every_schedule_matches_reference(p):
     for exp, res in zip(exps, results):
         assert grad_error(res, ref) < 1e-6, exp
         assert res.loss == pytest.approx(ref_loss, rel=1e-6), exp
-        assert res.overran == 0
     for res in results[:len(ALL)]:
         assert measured_in_flight(res) == in_flight_formula(res.schedule, p, M, res.v), res.schedule
         formula = p2p_bytes_formula(res.schedule, p, M)
@@ -235,9 +234,7 @@ def test_replay_reproduces_calc_schedules(name, p, m):
                    dict(rank=0, name="F", mb=0, stage=0, start=1)]) is None  # B before F
 
 
-def test_sim_times_and_zero_bubble_generator():
-    assert SimCompute(0.01).op_times(v=2) == pytest.approx(  # lab 10's slept compute
-        {"F": 0.005, "BW": 0.01, "B": 0.005, "W": 0.005})
+def test_zero_bubble_generator():
     ops: list[str] = []
     zero_bubble(_Recorder(1, 4, 8, ops), k=2)  # ZB-H2, stage 1: 2(p-1-s) = 4 forwards alone
     assert ops[:6] == ["F0", "F1", "F2", "F3", "F4", "B0"]

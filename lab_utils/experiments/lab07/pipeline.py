@@ -29,7 +29,7 @@ from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
 from lab_utils.data import token_batches
 from lab_utils import twin
 from lab_utils.experiments.lab06.twin import layer_scale
-from lab_utils.experiments.lab07.sim import SimCompute, StageObserver
+from lab_utils.experiments.lab07.sim import StageObserver
 from lab_utils.measure import CommLedger, Timeline, WireMeter
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
 from lab_utils.parallel.pipeline_parallel.schedules import SCHEDULES, from_order
@@ -50,7 +50,6 @@ class StageRun:
     peak_bytes: int
     loss: float | None
     grads: dict[str, torch.Tensor]
-    overran: int
     ledger_bytes: float | None = None
     wire: Any = None  # measure.WireBytes, or None when bytes were not measured
 
@@ -73,7 +72,6 @@ class PipelineRun:
     peak_bytes: list[int]
     loss: float
     grads: dict[str, torch.Tensor]
-    overran: int
     ledger_bytes: list[float | None]
     wire: list[Any]
     exp: dict = field(default_factory=dict)
@@ -86,7 +84,7 @@ def make_batch(m: int, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG, seed: i
 
 def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
                   cfg: GPTConfig = PP_CONFIG, balance: list[int] | None = None,
-                  sim: SimCompute | None = None, order: Any = None, v: int | None = None,
+                  order: Any = None, v: int | None = None,
                   warmup_step: bool | None = None, deadlock_after_s: float | None = None,
                   measure_bytes: bool = False, ledger: bool = False, repeats: int = 1,
                   pp: int | None = None,
@@ -97,7 +95,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
 
     ``schedule``: a name of ``SCHEDULES``; ``v`` overrides its chunks per rank (interleaved).
     ``order``: a function (stage, p, m) -> ["F0", "B0", ...] that replaces the schedule.
-    ``warmup_step`` (default: only with ``sim``) runs one untimed step first (real compute).
+    ``warmup_step`` runs one untimed step first (off by default).
     ``measure_bytes``: WireMeter around the timed step (p2p bytes the kernel counted);
     ``ledger``: a CommLedger too (what was called; its first use imports torch._dynamo).
     ``repeats``: timed steps (events tagged with "step"); ``merge`` keeps the least disturbed.
@@ -116,7 +114,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     ids = [c * p + s for c in range(v)]  # loop placement: chunk c is stage c*p + s
     inputs, targets = make_batch(m, micro_batch, cfg, seed)
     shape = (micro_batch, cfg.seq_len, cfg.d_model)
-    warmup_step = sim is not None if warmup_step is None else warmup_step
+    warmup_step = bool(warmup_step)
     timeline, events = Timeline(ctx), []
     for step in range(-1 if warmup_step else 0, repeats):
         # the untimed warm-up step (real compute) keeps first-call allocations out of the timeline
@@ -127,7 +125,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
         timed = step >= 0
         if timed:
             timeline.events = []
-            obs = StageObserver(timeline, chunks, sim.op_times(v) if sim else None)
+            obs = StageObserver(timeline, chunks)
             model.zero_grad(set_to_none=True)
             dist.barrier()  # every rank starts the timed step together
         with _bytes_meters(ctx, timed and measure_bytes, timed and ledger) as (calls, wire):
@@ -142,7 +140,7 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     grads = {n: q.grad.clone() for n, q in model.named_parameters() if id(q) in own}
     last = chunks[-1] if chunks[-1].last else None
     return StageRun(events, obs.peak_in_flight, obs.peak_bytes,
-                    last.loss if last else None, grads, obs.overran,
+                    last.loss if last else None, grads,
                     calls.bytes_sent() if calls else None, wire.result() if wire else None)
 
 
@@ -179,7 +177,7 @@ def merge(per_rank: Sequence[StageRun], exp: dict) -> PipelineRun:
                        [r.peak_in_flight for r in per_rank], [r.peak_bytes for r in per_rank],
                        next(r.loss for r in per_rank if r.loss is not None),
                        {n: g for r in per_rank for n, g in r.grads.items()},
-                       sum(r.overran for r in per_rank), [r.ledger_bytes for r in per_rank],
+                       [r.ledger_bytes for r in per_rank],
                        [r.wire for r in per_rank], dict(exp))
 
 
@@ -200,8 +198,7 @@ def run_pipeline(experiments: list[dict], world_size: int, cluster: twin.Cluster
         res = twin.emulate(pp_worker, world_size, cluster, experiments, scale=scale,
                            **run_kwargs).results
     else:
-        note = oversubscription_note(world_size, "gloo")
-        if note and any(e.get("sim") is None for e in experiments):
+        if note := oversubscription_note(world_size, "gloo"):
             print(f"[pp] real-compute mode: {note}")
         res = run(pp_worker, world_size, experiments, **run_kwargs)
     return [merge([res[r][k] for r in range(world_size)], exp)

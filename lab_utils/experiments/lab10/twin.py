@@ -120,7 +120,7 @@ def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> Curve
 
 def bubble_steps(ctx: Any, ms: Sequence[int], micro_batch: int = 2
                  ) -> list[tuple[int, float | None, float | None]]:
-    """Lab 07's 1F1B step on p = world-size stages (real compute: no SimCompute) for each m in
+    """Lab 07's 1F1B step on p = world-size stages (real compute) for each m in
     ``ms``: a warm-up, then one step between two ``twin.step()`` marks. Returns
     [(m, start, end)] on this rank's emulated clock (Nones outside an emulated run)."""
     out = []
