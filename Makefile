@@ -30,10 +30,12 @@ $(STAMP): requirements.txt pyproject.toml
 	    && $(PY) -m pip install --quiet --no-deps -e .; \
 	fi
 	$(PY) -m ipykernel install --sys-prefix --name distributed-labs --display-name "Distributed labs (.venv)" >/dev/null
+	$(PY) -m lab_utils.tools.nbtools lab-settings >/dev/null
 	@touch $(STAMP)
 
 lab: $(STAMP)
 	$(PY) -m lab_utils doctor --no-smoke || true
+	@$(PY) -m lab_utils.tools.nbtools lab-settings  # saved widget state (a venv made before it)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
