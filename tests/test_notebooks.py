@@ -4,7 +4,9 @@
   reproduce their saved output), in a pytest of its own per notebook (tests/nbval_quick.py), so the
   test run's workers (pytest-xdist) can take different notebooks at once;
 * FULL mode with papermill, exactly what a learner's Run All in JupyterLab does; the executed
-  copy goes to build/executed/full/.
+  copy goes to build/executed/full/, and the audit (lab_utils.tools.nbaudit) reads it: no
+  traceback in a grader's message, no output twice, no stale prediction box, no axis far beyond
+  its data, no prose typeset as LaTeX, no answer shown before its commit.
 Both must pass.
 """
 import json
@@ -17,6 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from lab_utils.tools.nbaudit import audit
 from lab_utils.tools.nbtools import KERNELSPEC, execute, problems, strip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,3 +71,5 @@ def test_full_mode_runs(path):
     start = time.perf_counter()
     execute(path, EXECUTED / path.name, quick=False)
     (TIMINGS / f"{path.stem}.json").write_text(json.dumps({"seconds": round(time.perf_counter() - start, 1)}))
+    found = audit(nbformat.read(EXECUTED / path.name, as_version=4))
+    assert found == [], f"{path.name} as Run All leaves it:\n" + "\n".join(found)
