@@ -44,7 +44,7 @@ from lab_utils.tools.nbaudit import CELL_CHECKS  # noqa: E402
 from lab_utils.tools.nbtools import LAB_SETTINGS  # noqa: E402
 
 OUT = ROOT / "build" / "walk"
-CELL_TIMEOUT_MS = 900_000
+ACTION_TIMEOUT_MS = 60_000  # a click or a key press (a cell's run has no limit but the walk's own)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 SETTINGS = {**LAB_SETTINGS,
@@ -148,7 +148,7 @@ def commit_predictions(cell, expected: int) -> list[str]:
             box.press("Enter")
             committed.append("1")
         else:
-            label = open_box.locator("label").first
+            label = open_box.locator(".widget-radio-box label").first  # not the hidden description
             committed.append(label.inner_text())
             label.click()
             open_box.locator("button:text-is('Commit')").click()
@@ -162,7 +162,7 @@ def commit_predictions(cell, expected: int) -> list[str]:
 def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
     base, token = base_token.split("|")
     page = context.new_page()
-    page.set_default_timeout(CELL_TIMEOUT_MS)
+    page.set_default_timeout(ACTION_TIMEOUT_MS)
     page.goto(f"{base}/lab/workspaces/{uuid.uuid4().hex[:12]}/tree/{name}?token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget")
     n = page.evaluate(OPEN, name)
