@@ -9,9 +9,12 @@ it does, per lab: a copy of labs/ in a temporary folder (the learner's files sta
 JupyterLab with the settings ``make lab`` installs, a 1280x800 page; then for each cell in order:
 select it, run it (the notebook's run-cell command, as Shift+Enter would), wait for it to finish,
 and if it asked for a prediction, commit one (type "1" and press Enter, or pick the first choice
-and press Commit), as a learner who never presses Run All. Then it saves the notebook and names:
+and press Commit), as a learner who never presses Run All; after an exercise's check (the stub),
+check its first known-wrong version in a scratch cell, deleted after. Then it saves the notebook
+and names:
 
-* in the page: "Error displaying widget", a cut control label, a cell's error output;
+* in the page: "Error displaying widget", a cut control label, a cell's error output, a wrong
+  version not rejected or answered with a traceback;
 * in the saved notebook: every finding of ``lab_utils.tools.nbaudit`` (a traceback in a grader's
   message, an output twice, a stale box, an axis far beyond its data, LaTeX eating prose) except
   the answer-before-commit rule (here every prediction IS committed, so its tables show).
@@ -25,6 +28,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,6 +163,35 @@ def commit_predictions(cell, expected: int) -> list[str]:
     return committed
 
 
+WRONG_VERSION = """async code => {
+    const app = window.jupyterapp, nb = app.shell.currentWidget.content;
+    await app.commands.execute('notebook:insert-cell-below');
+    nb.activeCell.model.sharedModel.setSource(code);
+    await app.commands.execute('notebook:run-cell');
+    const text = nb.activeCell.node.querySelector('.jp-OutputArea').textContent;
+    await app.commands.execute('notebook:delete-cell');
+    return text;
+}"""
+EXERCISE = re.compile(r"""check\(\s*["'](\w+)["']|\(\s*["'](\w+)["']\s*,\s*(?:my_|My)\w+\s*\)""")
+
+
+def wrong_version(page, source: str) -> list[str]:
+    """After an exercise's check cell: each exercise's first known-wrong version, checked in a
+    scratch cell (then deleted) as a learner's first wrong try; what its message gets wrong."""
+    found = []
+    for name in sorted({a or b for a, b in EXERCISE.findall(source)}):
+        code = ("from lab_utils.exercises import check as _check, get as _get\n"
+                f"_what, _fn = next(iter(_get({name!r}).wrong.items()))\n"
+                f"print('a wrong version:', _what)\n_check({name!r}, _fn)")
+        text = page.evaluate(WRONG_VERSION, code)
+        if "[NOT YET]" not in text:
+            found.append(f"{name}: its first wrong version was not rejected: {text[-200:]!r}")
+        elif "Traceback" in text or 'File "/' in text:
+            found.append(f"{name}: a traceback or file path in the grader's message")
+        print(f"    wrong version of {name}: {text.strip().splitlines()[-1][:110]!r}", flush=True)
+    return found
+
+
 def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
     base, token = base_token.split("|")
     page = context.new_page()
@@ -166,8 +199,9 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
     page.goto(f"{base}/lab/workspaces/{uuid.uuid4().hex[:12]}/tree/{name}?token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget")
     n = page.evaluate(OPEN, name)
-    asks = [c.source.count("predict(") if c.cell_type == "code" else 0
-            for c in nbformat.read(home / "labs" / name, as_version=4).cells]
+    sources = [c.source if c.cell_type == "code" else ""
+               for c in nbformat.read(home / "labs" / name, as_version=4).cells]
+    asks = [src.count("predict(") for src in sources]
     cells, found, start = page.locator(".jp-Notebook .jp-Cell"), [], time.perf_counter()
     seconds = []
     for i in range(n):
@@ -175,6 +209,8 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
         try:
             page.evaluate(RUN_CELL, i)
             committed = commit_predictions(cells.nth(i), asks[i]) if asks[i] else []
+            if EXERCISE.search(sources[i]):
+                found += [f"cell {i}: {p}" for p in wrong_version(page, sources[i])]
         except Exception as exc:  # noqa: BLE001 - a cell that never finishes is a finding too
             found.append(f"cell {i}: the walk stopped here: {type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:200]}")

@@ -58,7 +58,8 @@ PREDICTIONS = [
     "g.reveal(formula=0.625, measured=0.625)",
     f"c = predict('05.held', 'Which full weights are held?', choices={CHOICES})\nc",
     "print('the next cell ran')",
-    "from lab_utils.cards import review_widget\nreview_widget(lab='00')"]
+    "from lab_utils.cards import review_widget\nreview_widget(lab='00')",
+    "from lab_utils import viz\nviz.bubble_explorer()"]
 
 
 def number_boxes() -> list[tuple[str, str, str, str, bool]]:
@@ -449,7 +450,8 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
     """Issue 37.6: "5/8" and Enter commit; the input becomes plain HTML (no stale "not committed"
     box, the reveal fills in once); the keyboard focus goes to the next cell (Shift+Enter runs
     it); every choice shows whole; the saved notebook, reopened on a new kernel, shows both
-    guesses and the flashcards (saved widget state) instead of "Error displaying widget"."""
+    guesses, the flashcards and an explorer's figure (saved widget state) instead of "Error
+    displaying widget"."""
     base, token = jupyter
     page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 0)
     cells = page.locator(".jp-Notebook .jp-Cell")
@@ -475,8 +477,9 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         cells.nth(4).locator(".jp-OutputArea-output:has-text('the next cell ran')").wait_for()
         assert "not committed yet" not in page.content()
         assert cells.nth(1).locator(".jp-OutputArea-output").count() == 1  # the box, once
-        page.evaluate(RUN_CELLS, [5])
+        page.evaluate(RUN_CELLS, [5, 6])
         cells.nth(5).locator(".lab-cards .lab-widget-title").wait_for()
+        wait_for_first_draw(page, cells.nth(6).locator(".bubble-explorer"), ".bubble-explorer")
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
     finally:
@@ -491,6 +494,7 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         text = page.locator(".jp-Notebook").inner_text()
         assert "0.625" in text and CHOICES[2] in text and "your choice" in text
         page.locator(".lab-cards .lab-widget-title").wait_for()  # from the saved widget state
+        wait_for_first_draw(page, page.locator(".bubble-explorer"), ".bubble-explorer")
         assert "Error displaying widget" not in page.content()
         page.screenshot(path=str(SHOTS / "prediction-reopened.png"))
     finally:
