@@ -5,6 +5,9 @@
                                                                   and published runs (a table)
     python -m lab_utils cards --lab 05                            flashcards in the terminal
     python -m lab_utils class serve --db class.sqlite             a live class (lab_utils.classroom)
+    python -m lab_utils zoo [BUG ...] [--details]                 the bug zoo under the bisector
+    python -m lab_utils bisect BUG [--fixed]                      bisect one zoo bug (or its fix)
+    python -m lab_utils bisect package.module:make_case           bisect your own Case
     python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
@@ -138,6 +141,32 @@ def _cmd_twin(ns: argparse.Namespace) -> int:
     return main(["--no-grid"] if ns.no_grid else [])
 
 
+def _cmd_zoo(ns: argparse.Namespace) -> int:
+    from lab_utils.correctness.zoo import main
+
+    return main(ns.bugs, details=ns.details)
+
+
+def _cmd_bisect(ns: argparse.Namespace) -> int:
+    from lab_utils.correctness import Case, bisect
+    from lab_utils.correctness.zoo import BUGS
+
+    known = {b.name: b for b in BUGS}
+    if ":" in ns.bug:  # package.module:function returning a Case: your own configuration
+        case = resolve_target(ns.bug)()
+        if not isinstance(case, Case):
+            raise UsageError(f"{ns.bug} returned a {type(case).__name__}, not a "
+                             "lab_utils.correctness.Case")
+    elif ns.bug in known:
+        case = known[ns.bug].fixed if ns.fixed else known[ns.bug].buggy
+    else:
+        raise UsageError(f"no bug named {ns.bug!r}; the zoo has: {', '.join(known)} "
+                         "(or give package.module:function returning a Case)")
+    report = bisect(case)
+    print(report)
+    return 0 if report.verdict == "clean" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +196,17 @@ def build_parser() -> argparse.ArgumentParser:
     class_p.add_argument("--host", default="127.0.0.1", help="interface (0.0.0.0: the room)")
     class_p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     class_p.set_defaults(func=_cmd_class)
+
+    zoo_p = sub.add_parser("zoo", help="bisect every bug of the zoo: one row per bug")
+    zoo_p.add_argument("bugs", nargs="*", help="only these bugs (default: all)")
+    zoo_p.add_argument("--details", action="store_true", help="the bisector's explanation too")
+    zoo_p.set_defaults(func=_cmd_zoo)
+
+    bisect_p = sub.add_parser("bisect", help="bisect one zoo bug: the first op that is wrong")
+    bisect_p.add_argument("bug", help="a bug of the zoo (`zoo` lists them), or "
+                          "package.module:function returning a lab_utils.correctness.Case")
+    bisect_p.add_argument("--fixed", action="store_true", help="its fixed version instead")
+    bisect_p.set_defaults(func=_cmd_bisect)
 
     twin_p = sub.add_parser("twin", help="the emulated GPU cluster: `twin validate`")
     twin_p.add_argument("action", choices=("validate",))

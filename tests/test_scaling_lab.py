@@ -24,7 +24,7 @@ def _both(ctx):
     from lab_utils.experiments.lab10 import bottleneck_worker
     from lab_utils.experiments.lab10.twin import scaling_steps  # on this machine's wall clock
     return (scaling_steps(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2),
-            bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4), t_f=0.01))
+            bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4)))
 
 
 @pytest.fixture(scope="module")

@@ -172,3 +172,13 @@ def test_the_timeline_feeds_calcs_bubble_reader():
 
     busy = [e for e in twin.timeline_events(_fake(), idle=False) if e["lane"] == "compute"]
     assert bubble_from_timeline(busy).per_rank == {0: 0.4, 1: 0.4}  # idle 1 s of 0..2.5 s
+
+
+def test_p2p_links_are_full_duplex():
+    """A send and a receive of one rank overlap; two sends (or two receives) queue."""
+    c = RankClock(0)
+    s1 = c.occupy("p2p", c.ready("p2p", "p2p send"), 1.0, "send", lane="p2p send")
+    r1 = c.occupy("p2p", c.ready("p2p", "p2p recv"), 1.0, "recv", lane="p2p recv")
+    s2 = c.occupy("p2p", c.ready("p2p", "p2p send"), 1.0, "send", lane="p2p send")
+    assert (s1, r1, s2) == (1.0, 1.0, 2.0)
+    assert c.ready("p2p") == 2.0  # the stream as a whole is free when both lanes are

@@ -1,20 +1,73 @@
 """The labs' timing lessons on the emulated cluster (lab_utils.twin), asserted on the EMULATED
 clock (deterministic: the virtual clock never reads this machine's time).
 
+Lab 03: all-reduce times fit alpha-beta (r^2 >= 0.99), the fitted slope's busbw is the link's
+bandwidth, and across nodes the hierarchical all-reduce beats one flat ring as calc says.
+Lab 05: FSDP's prefetch hides all-gathers under compute (ours and torch's fully_shard, equal
+times), and ZeRO-3's extra all-gather costs far less step time than traffic.
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
-weak scaling stays near N and just below Gustafson's line.
+weak scaling stays near N and just below Gustafson's line; lab 07's 1F1B step (real compute)
+idles a little more than (p-1)/(m+p-1), less with more micro-batches.
 Lab 06: the same TP step across two nodes pays far more than inside one; a pipeline step little."""
 from __future__ import annotations
 
 import pytest
 
 from lab_utils import twin
-from lab_utils.calc import gustafson_speedup
+from lab_utils.calc import (bubble, bus_bandwidth, collective_time, fit_alpha_beta,
+                            gustafson_speedup, hierarchical_time)
+from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
+from lab_utils.experiments.lab05 import twin as lab05_twin
 from lab_utils.experiments.lab06 import twin as lab06_twin
 from lab_utils.experiments.lab10 import twin as lab10_twin
 from lab_utils.models import GPTConfig
+
+
+
+def test_all_reduce_fits_alpha_beta_and_busbw_is_the_link():
+    sizes = [48 * 4**k for k in (0, 2, 4, 6)]
+    c = lab03_twin.node_cluster(4)
+    em = twin.emulate(lab03_twin.timed_sweep, 4, c, sizes, [2, 4], quiet=True, timeout_s=120)
+    assert em.unknown == [] and sorted(em.results[0]) == [2, 4]
+    for n, times in em.results[0].items():
+        for impl, t in times.items():  # gloo's all_reduce (charged whole) and our ring (sends)
+            fit = fit_alpha_beta(sizes, t)
+            assert fit.r2 >= 0.99, (n, impl)
+            assert fit.alpha_s == pytest.approx(2 * (n - 1) * c.intra.latency_s, rel=1e-3)
+            busbw = bus_bandwidth("all_reduce", n, fit.bandwidth)
+            assert busbw == pytest.approx(c.intra.bytes_per_s, rel=1e-3), (n, impl)
+
+
+def test_hierarchical_beats_one_flat_ring_across_nodes_as_calc_says():
+    c, d = lab03_twin.nodes_cluster(2, 2), 14e9  # 1 KiB floats charged as 14 GB of gradients
+    em = twin.emulate(lab03_twin.hierarchy_times, 4, c, 2, 1024,
+                      scale=lab03_twin.charged_as(4096, d), quiet=True, timeout_s=120)
+    t = em.results[0]
+    nv, ib = (c.intra.latency_s, c.intra.bytes_per_s), (c.inter.latency_s, c.inter.bytes_per_s)
+    flat = collective_time("all_reduce", 4, d, *ib)
+    hier = hierarchical_time("all_reduce", 2, 2, d, *nv, *ib)
+    assert t["one flat ring (sends)"] == pytest.approx(flat, rel=1e-3)
+    assert t["hierarchical (sends)"] == pytest.approx(hier, rel=1e-3)  # full-duplex steps
+    assert t["dist.all_reduce"] == pytest.approx(hier, rel=1e-3)  # the faster of the two
+    assert flat > 2 * hier
+
+
+def test_fsdp_prefetch_and_zero3_vs_zero2_on_the_emulated_clock():
+    cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=3, n_head=4, d_model=64)
+    names = ("FSDP", "FSDP prefetch", "FSDP keep, prefetch", "fully_shard prefetch")
+    em = twin.emulate(lab05_twin.fsdp_steps, 4, lab05_twin.fsdp_cluster(), cfg, 2, names,
+                      scale=lab05_twin.fsdp_scale(cfg, 2), quiet=True, timeout_s=240)
+    assert em.unknown == []
+    p = lab05_twin.step_points(em)
+    off, on, keep = p["FSDP"], p["FSDP prefetch"], p["FSDP keep, prefetch"]
+    assert off.hidden_s == 0.0 < on.hidden_s and on.step_s < off.step_s
+    assert on.compute_s == pytest.approx(off.compute_s, rel=1e-9)  # the same FLOPs either way
+    assert p["fully_shard prefetch"].step_s == pytest.approx(on.step_s, rel=1e-9)
+    assert on.comm_s > 1.2 * keep.comm_s  # ZeRO-3 all-gathers again in backward
+    assert 1 < on.step_s / keep.step_s < on.comm_s / keep.comm_s  # mostly hidden
+
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
 L4 = twin.Cluster.preset("10GbE L4", nodes=2, gpus_per_node=2)  # lab 04's cluster
@@ -72,6 +125,16 @@ def test_weak_scaling_stays_just_below_gustafson(scaling):
         t_n = scaling.get("weak", n).step_s
         s = 1 - t1 / t_n
         assert 0.5 * n < n * t1 / t_n <= gustafson_speedup(s, n)
+
+
+def test_pipeline_bubble_on_the_emulated_clock_follows_the_formula():
+    em = twin.emulate(lab10_twin.bubble_steps, 2, lab10_twin.bubble_cluster(), [2, 8],
+                      scale=lab10_twin.bubble_scale(), quiet=True, timeout_s=240)
+    assert em.unknown == []
+    idle = lab10_twin.bubbles(em)
+    assert idle[8] < idle[2]
+    for m, b in idle.items():  # a little above: the last stage also computes the head
+        assert 0 < b - bubble("1f1b", 2, m).of_total < 0.03, (m, b)
 
 
 def test_tp_pays_the_network_far_more_than_pp():

@@ -1,5 +1,6 @@
 """Helpers the labs' experiments share, in one place: this rank's batches, the mean over ranks,
-plain SGD written out, and a span that times nothing.
+plain SGD written out, a span that times nothing, the clock a rank runs on (emulated or wall) and
+one window of an emulated run.
 
 Each runs on a rank (inside a function launched with ``lab_utils.run``) and uses the rank's own
 group; none holds state.
@@ -7,12 +8,15 @@ group; none holds state.
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from lab_utils import twin
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.models import GPTConfig
 
@@ -48,3 +52,23 @@ def sgd_step(model: nn.Module, lr: float = 0.1) -> None:
 def no_span(name: str) -> Iterator[None]:
     """A span that times nothing: the default of a step that can be timed (``span("forward")``)."""
     yield
+
+
+def clock_now() -> float:
+    """Seconds on the clock this rank runs on: the emulated cluster's inside ``twin.emulate``,
+    this machine's wall clock (``time.perf_counter``) otherwise. A worker timed with it runs
+    unchanged on both clocks."""
+    t = twin.now()
+    return time.perf_counter() if t is None else t
+
+
+def emulated_window(em: twin.Emulation, bounds: list) -> twin.Emulation:
+    """One window of an emulated run as an Emulation of its own: rank r's spans that start in
+    ``bounds[r] = (start, end)`` (its emulated clock), shifted to start at 0 (``twin.figure``
+    draws it; ``busy`` and ``overlap`` measure it)."""
+    recs = []
+    for rec, (a, b) in zip(em.records, bounds):
+        spans = [dict(s, start=s["start"] - a, end=s["end"] - a) for s in rec.spans
+                 if a <= s["start"] < b]
+        recs.append(replace(rec, spans=spans, steps=[b - a], end=b - a))
+    return twin.Emulation(em.cluster, em.scale, recs)

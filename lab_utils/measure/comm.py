@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lab_utils.measure.comm_ops import decode, group_size, ledger_bytes
+from lab_utils.measure.comm_ops import decode, group_ranks, group_size, ledger_bytes
 
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
        "send", "recv", "barrier", "gather", "scatter")
@@ -65,6 +65,7 @@ class CommRecord:
     peer: int | None = None  # send/recv: the other rank (group rank); broadcast/reduce: root
     torch_op: str = ""
     start_s: float = 0.0
+    group_ranks: tuple[int, ...] = ()  # the group's global ranks
 
 
 def _is_dtensor(cls: type) -> bool:
@@ -99,7 +100,7 @@ class _LedgerMode(TorchDispatchMode):
         op, d, group, peer = decoded
         n = group_size(group)
         rec = CommRecord(op, ledger_bytes(op, n, d), d, n, None, self.ledger._phase, peer, name,
-                         time.perf_counter())
+                         time.perf_counter(), group_ranks(group))
         out = func(*args, **kwargs)
         self.ledger._records.append(rec)
         self._finish_when_done(rec, out)

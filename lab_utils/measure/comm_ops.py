@@ -24,13 +24,24 @@ def _nbytes(t: Any) -> int:
     return 0
 
 
-def group_size(group: Any) -> int:
+def process_group(group: Any) -> Any:
+    """The ProcessGroup behind what the dispatcher hands an op (a name or a boxed group)."""
     if isinstance(group, str):  # functional collectives name their group
         from torch.distributed.distributed_c10d import _resolve_process_group
-        group = _resolve_process_group(group)
-    elif isinstance(group, torch.ScriptObject):  # what the dispatcher hands c10d:: ops
-        group = torch.distributed.ProcessGroup.unbox(group)
-    return int(group.size())
+        return _resolve_process_group(group)
+    if isinstance(group, torch.ScriptObject):  # what the dispatcher hands c10d:: ops
+        return torch.distributed.ProcessGroup.unbox(group)
+    return group
+
+
+def group_size(group: Any) -> int:
+    return int(process_group(group).size())
+
+
+def group_ranks(group: Any) -> tuple[int, ...]:
+    """The GLOBAL ranks of the group, in group-rank order (the correctness bisector counts
+    collectives per group: dp and tp groups of the same size are told apart)."""
+    return tuple(torch.distributed.get_process_group_ranks(process_group(group)))
 
 
 def decode(name: str, args: tuple) -> tuple[str, int, Any, int | None] | None:

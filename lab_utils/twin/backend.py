@@ -9,7 +9,8 @@ to a real ``ProcessGroupGloo`` (the numbers are exact) and charges the rank's vi
   group with the same members (same order as the real calls), waited only when the end is
   needed (``RankClock.defer``); it starts at that maximum and lasts
   ``calc.comm.group_collective_time`` over the links the group spans;
-* send: the sender's start travels to the receiver in front of the data (8 bytes, one message);
+* send: (full duplex: sends queue behind sends, receives behind receives, not each other)
+  the sender's start travels to the receiver in front of the data (8 bytes, one message);
   the receive ends at max(its own ready time, the sender's start) + the link's alpha-beta cost;
 * the returned work's ``wait()`` advances the rank's clock to the work's end; work issued in a
   backward pass (DDP's buckets, FSDP2's reduce-scatters) is joined when that backward ends, as
@@ -29,6 +30,7 @@ from lab_utils.calc.comm import collective_time, group_collective_time
 from lab_utils.twin import session as _session
 
 BACKEND = "twin"
+SEND, RECV = "p2p send", "p2p recv"  # the two directions of a full-duplex link (clock.py)
 
 
 def _nbytes(tensors: Any) -> int:
@@ -225,10 +227,11 @@ class EmulatedGroup(ProcessGroup):
             return EmulatedWork(self.inner.send(tensors, dst, tag), None)
         s.count("send")
         nb = _nbytes(tensors) * s.scale.bytes
-        start = s.clock.ready("p2p")
+        start = s.clock.ready("p2p", SEND)
         head = torch.tensor([start], dtype=torch.float64).view(torch.uint8)
         msg = torch.cat([head] + [t.contiguous().view(-1).view(torch.uint8) for t in tensors])
-        end = s.clock.occupy("p2p", start, self._p2p_cost(s, dst, nb), "send", nb)
+        end = s.clock.occupy("p2p", start, self._p2p_cost(s, dst, nb), "send", nb,
+                             SEND)
         work = EmulatedWork(self._forward(lambda: self.inner.send([msg], dst, tag)), end)
         work._msg = msg  # alive until the work goes
         return work
@@ -239,7 +242,7 @@ class EmulatedGroup(ProcessGroup):
             return EmulatedWork(self.inner.recv(tensors, src, tag), None)
         s.count("recv")
         nb = _nbytes(tensors) * s.scale.bytes
-        ready, cost = s.clock.ready("p2p"), self._p2p_cost(s, src, nb)
+        ready, cost = s.clock.ready("p2p", RECV), self._p2p_cost(s, src, nb)
         msg = torch.empty(8 + _nbytes(tensors), dtype=torch.uint8)
         done: list[float] = []
 
@@ -251,7 +254,7 @@ class EmulatedGroup(ProcessGroup):
                     t.copy_(msg[at:at + n].view(t.dtype).view(t.shape))
                     at += n
                 start = max(ready, float(msg[:8].view(torch.float64)[0]))
-                done.append(s.clock.occupy("p2p", start, cost, "recv", nb))
+                done.append(s.clock.occupy("p2p", start, cost, "recv", nb, RECV))
             return done[0]
 
         return EmulatedWork(self._forward(lambda: self.inner.recv([msg], src, tag)), end)

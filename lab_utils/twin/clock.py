@@ -9,7 +9,9 @@ Rules (each is a line below, checked by hand-computed cases in tests/test_twin_c
 * a blocking call is issue + wait: now = max(now, end); compute issued between an async call
   and its wait overlaps it for free, as on a GPU's communication stream;
 * point-to-point work uses its own stream ("p2p"), so sends and receives do not queue behind
-  collectives (NCCL runs them on separate channels).
+  collectives (NCCL runs them on separate channels); its links are full duplex: sends queue
+  behind sends and receives behind receives (lanes "p2p send" / "p2p recv"), but a send and a
+  receive overlap, as in a ring step where every rank sends right while it receives from the left.
 Times are seconds of EMULATED time; the wall clock never enters.
 """
 from __future__ import annotations
@@ -61,11 +63,12 @@ class RankClock:
                                    flops=flops))
         self.now += seconds
 
-    def ready(self, stream: str = "comm") -> float:
-        """When this rank could start new work on ``stream``."""
+    def ready(self, stream: str = "comm", lane: str | None = None) -> float:
+        """When this rank could start new work on ``stream`` (on one ``lane`` of it, e.g. the
+        send direction of "p2p", when given)."""
         if stream == "comm":
             self.resolve()
-        return max(self.now, self.free[stream])
+        return max(self.now, self.free.get(lane or stream, 0.0))
 
     def defer(self, start: Callable[[], float], cost: float, name: str,
               nbytes: float = 0.0) -> Callable[[], float]:
@@ -93,10 +96,12 @@ class RankClock:
             self._resolve_first()
 
     def occupy(self, stream: str, start: float, cost: float, name: str,
-               nbytes: float = 0.0) -> float:
-        """Put work on ``stream`` from ``start`` for ``cost`` seconds; return its end."""
+               nbytes: float = 0.0, lane: str | None = None) -> float:
+        """Put work on ``stream`` (and its ``lane``, when given) from ``start`` for ``cost``
+        seconds; return its end."""
         end = start + cost
-        self.free[stream] = max(self.free[stream], end)
+        for key in {stream, lane or stream}:
+            self.free[key] = max(self.free.get(key, 0.0), end)
         self.spans.append(Span(self.rank, stream, name, start, end, bytes=nbytes))
         self.pending.append(end)
         return end

@@ -11,11 +11,12 @@ deterministic, so one measured step is the step time (no medians, no noise).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from lab_utils import twin
 from lab_utils.data import shard_for_rank, token_batches
+from lab_utils.experiments.common import emulated_window
 from lab_utils.experiments.lab04 import LR, make_ddp, train_step
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.reference import make_optimizer
@@ -60,13 +61,7 @@ def bucket_sweep(ctx: Any, cfg: GPTConfig, batch_per_rank: int, caps: list[int],
 def step_window(em: twin.Emulation, i: int) -> twin.Emulation:
     """The ``i``-th measured step of a ``bucket_sweep`` run as an Emulation of its own: each
     rank's spans inside its window, shifted to start at 0 (what ``twin.figure`` draws)."""
-    recs = []
-    for rec in em.records:
-        a, b = rec.result[i][2:]
-        spans = [dict(s, start=s["start"] - a, end=s["end"] - a) for s in rec.spans
-                 if a <= s["start"] < b]
-        recs.append(replace(rec, spans=spans, steps=[b - a], end=b - a))
-    return twin.Emulation(em.cluster, em.scale, recs)
+    return emulated_window(em, [rec.result[i][2:] for rec in em.records])
 
 
 def sweep_points(em: twin.Emulation) -> list[BucketStep]:

@@ -4,9 +4,11 @@
                   collectives); one FSDP step unit by unit; FSDP's mixed precision and its check
     practice.py   gradient accumulation under each kind of sharding; what the FSDP2 tutorials have
                   you type (meta-device init, clipping sharded gradients, HSDP)
+    twin.py       section 7b: prefetch, and ZeRO-3 against ZeRO-2, timed on an emulated GPU
+                  cluster (lab_utils.twin), our FSDP beside torch's fully_shard
 
 The names of sharding.py are importable from here (``lab05.train_variants``); practice.py is a
-module of its own (``from lab_utils.experiments.lab05 import practice``).
+module of its own (``from lab_utils.experiments.lab05 import practice``), and so is twin.py.
 """
 from lab_utils.experiments.lab05.sharding import (BF16, LR, TrainResult, UnitTimeline,
                                                   apply_fully_shard, build, gathered_bytes,

@@ -3,7 +3,8 @@
     RunStats, ScalingResults, CurveFit   the records of a scaling run (twin.py runs it, on this
                                       machine's clock or the emulated cluster's: one model of time)
     bottleneck_worker(ctx, ...)       2 ranks: a compute-bound vs a communication-bound step
-                                      (Timeline + CommLedger); a measured pipeline bubble
+                                      (Timeline + CommLedger); a pipeline bubble on this
+                                      machine's wall clock (twin.py times it on the emulated one)
 
 (The in-process experiments, matmul rates and the slow data loader, are in local.py.)
 
@@ -145,13 +146,14 @@ class Bottlenecks:
     pipeline: dict[int, list[dict]] = field(default_factory=dict)  # m -> this rank's events
 
 
-def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8),
-                      t_f: float = 0.02) -> Bottlenecks:
+def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8)
+                      ) -> Bottlenecks:
     """Two ranks. (1) Compute-bound: TinyGPT, 16 sequences per rank. Communication-bound: a
     wide ToyMLP (6.3M parameters, 25 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
-    1F1B pipeline (lab 07's ``pipeline_step``, simulated compute t_f) for each m in
-    ``bubble_ms``: its measured per-rank timeline. Every rank returns its own results."""
-    from lab_utils.experiments.lab07 import SimCompute, pipeline_step
+    1F1B pipeline (lab 07's ``pipeline_step``, real compute, after a warm-up step) for each m in
+    ``bubble_ms``: its per-rank timeline on this machine's wall clock. Every rank returns its
+    own results."""
+    from lab_utils.experiments.lab07 import pipeline_step
 
     cfg = SCALING_CONFIG
     x, y = shard_for_rank(token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0],
@@ -162,5 +164,5 @@ def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8
     return Bottlenecks(
         compute_bound=_comm_vs_compute(ctx, TinyGPT(cfg, seed=0), x, y, lm_loss, steps),
         comm_bound=_comm_vs_compute(ctx, mlp, xm, ym, torch.nn.functional.mse_loss, steps),
-        pipeline={m: pipeline_step(ctx, "1f1b", m=m, sim=SimCompute(t_f=t_f)).events
+        pipeline={m: pipeline_step(ctx, "1f1b", m=m, warmup_step=True).events
                   for m in bubble_ms})

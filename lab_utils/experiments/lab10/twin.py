@@ -8,10 +8,16 @@ emulated GPU cluster (``lab_utils.twin``).
     scaling_cluster(max_n)           the lab's cluster: DGX H100 nodes, half the ranks on each
     scaling_scale(cfg, tokens)       the lab's Scale: a GPT-2 XL's FLOPs and gradient bytes
     amdahl_curve(res, sizes, label)  the strong-scaling curve and its Amdahl fit
+    bubble_steps(ctx, ms)            lab 07's 1F1B step (real compute) for each m, marked on the
+                                     emulated clock; ``bubbles(em)`` its idle share per m,
+                                     ``bubble_window(em, i)`` the i-th step (for twin.figure)
+    bubble_cluster() / bubble_scale()   2 GPUs of one DGX H100 node; each layer charged as a
+                                     full-width one (lab 06's ``layer_scale``)
 
-The emulated clock replaces the "simulated devices" (ranks sleeping for their compute) this lab
-used before: compute is charged from the FLOPs each rank really ran, the all-reduce from the
-links its group spans, and overlap comes out of BucketDDP's own buckets.
+The emulated clock replaces the "simulated devices" (ranks sleeping for their compute) and the
+pipeline's slept compute this lab used before: compute is charged from the FLOPs each rank really
+ran, the all-reduce and the stages' sends from the links they cross, and overlap comes out of
+BucketDDP's own buckets.
 """
 from __future__ import annotations
 
@@ -21,22 +27,18 @@ from typing import Any, Sequence
 import torch.distributed as dist
 
 from lab_utils import twin
-from lab_utils.calc import fit_serial_fraction
+from lab_utils.calc import bubble_from_timeline, fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
-from lab_utils.experiments.common import sgd_step
+from lab_utils.experiments.common import clock_now, emulated_window, sgd_step
+from lab_utils.experiments.lab06.twin import layer_scale
+from lab_utils.experiments.lab07 import PP_CONFIG, pipeline_step
 from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.models import GPTConfig, TinyGPT, count_params, lm_loss
 from lab_utils.parallel.data_parallel import BucketDDP
 
 FULL_MODEL = "gpt2-xl"        # whose FLOPs and gradient bytes the emulated clock charges
 FULL_TOKENS = 2**17           # its global batch per step (tokens): 128 Ki tokens
-
-
-def _now() -> float:
-    """Emulated seconds on the twin, this machine's wall clock otherwise."""
-    t = twin.now()
-    return time.perf_counter() if t is None else t
 
 
 def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
@@ -50,14 +52,14 @@ def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
     for batch in token_batches(steps + 1, n * rows, cfg.seq_len, cfg.vocab_size, seed=1):
         x, y = shard_for_rank(batch, ctx.rank, n)  # this rank's rows: (rows, T)
         dist.barrier(group=group)  # every rank starts the step together
-        t0, c0 = _now(), time.process_time()
+        t0, c0 = clock_now(), time.process_time()
         loss = lm_loss(ddp(x), y)
         loss.backward()  # buckets launch their all-reduce as their gradients arrive
-        t1 = _now()
+        t1 = clock_now()
         ddp.finish_gradient_synchronization()  # wait for what did not overlap
-        comms.append(_now() - t1)
+        comms.append(clock_now() - t1)
         sgd_step(model)
-        logs.append(_now() - t0)
+        logs.append(clock_now() - t0)
         cpus.append(time.process_time() - c0)
         mean_loss = loss.detach().clone()  # the global batch's mean loss (after the step)
         dist.all_reduce(mean_loss, group=group)
@@ -114,3 +116,43 @@ def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> Curve
         return CurveFit(label, tuple(sizes), times, fit_serial_fraction(list(sizes), list(times)))
     except ValueError as e:  # e.g. the times do not fall with N
         return CurveFit(label, tuple(sizes), times, None, str(e).split(";")[0])
+
+
+def bubble_steps(ctx: Any, ms: Sequence[int], micro_batch: int = 2
+                 ) -> list[tuple[int, float | None, float | None]]:
+    """Lab 07's 1F1B step on p = world-size stages (real compute: no SimCompute) for each m in
+    ``ms``: a warm-up, then one step between two ``twin.step()`` marks. Returns
+    [(m, start, end)] on this rank's emulated clock (Nones outside an emulated run)."""
+    out = []
+    for m in ms:
+        pipeline_step(ctx, "1f1b", m=m, micro_batch=micro_batch)  # warm-up
+        start = twin.step()
+        pipeline_step(ctx, "1f1b", m=m, micro_batch=micro_batch)
+        out.append((m, start, twin.step()))
+    return out
+
+
+def bubble_window(em: twin.Emulation, i: int) -> twin.Emulation:
+    """The ``i``-th measured step of a ``bubble_steps`` run, from 0 (what ``twin.figure`` draws)."""
+    return emulated_window(em, [rec.result[i][1:] for rec in em.records])
+
+
+def bubbles(em: twin.Emulation) -> dict[int, float]:
+    """{m: mean idle share of the ranks' compute streams} of a ``bubble_steps`` run, over each
+    measured step (``calc.bubble_from_timeline``, global window)."""
+    out = {}
+    for i, (m, *_) in enumerate(em.results[0]):
+        spans = bubble_window(em, i).spans
+        out[m] = bubble_from_timeline([s for s in spans if s["stream"] == "compute"]).mean
+    return out
+
+
+def bubble_cluster(p: int = 2, preset: str = "DGX H100") -> twin.Cluster:
+    """``p`` GPUs of one ``preset`` node: one per pipeline stage, NVLink between them."""
+    return twin.Cluster.preset(preset, nodes=1, gpus_per_node=p)
+
+
+def bubble_scale(micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG) -> twin.Scale:
+    """Each of lab 07's tiny layers charged as a full-width one (h = 4096, s = 2048): the
+    stages' compute and their activation messages in a real model's proportions."""
+    return layer_scale(cfg, micro_batch)

@@ -1,9 +1,11 @@
-"""Lab 03's experiments: every collective's before/after, the ring's bytes per phase, timings.
+"""Lab 03's collectives on this machine: every collective's before/after, the ring's bytes per
+phase, timings (on the clock the rank runs on: wall here, emulated under ``twin.emulate``).
 
     collective_before_after(ctx)           what each rank holds before and after each collective
     all_reduce_sweep(ctx, sizes, groups)   messages, bytes and times of gloo / ring / parameter
                                            server all-reduce, for several group sizes, one launch
     time_all_reduce(ctx, sizes)            median time of one all-reduce per implementation and size
+                                           (implementations by name, or a {name: fn} dict)
     ring_trace(ctx)                        which ranks' contributions each chunk holds, step by step
     wire_per_collective(ctx)               every collective: bytes sent by formula, ledger and wire
     who_sends_to_whom(ctx)                 rank x rank matrix of wire bytes, ring vs gloo all-reduce
@@ -13,37 +15,41 @@
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from lab_utils.experiments.common import clock_now
 from lab_utils.parallel import collectives as C
 from lab_utils.parallel.collectives import IMPLEMENTATIONS, ring_all_gather, ring_reduce_scatter
 
-def time_all_reduce(ctx: Any, sizes_bytes: list[int], impls: tuple[str, ...] = ("gloo", "ring"),
+def time_all_reduce(ctx: Any, sizes_bytes: list[int],
+                    impls: tuple[str, ...] | dict[str, Callable] = ("gloo", "ring"),
                     repeats: int = 5, warmup: int = 1, group: Any = None) -> dict[str, list[float]]:
     """Median seconds of one all-reduce per (implementation, size), max over the group's ranks.
 
-    Each repetition starts after a barrier and lasts as long as its slowest rank (the
-    collective is done when the last rank is); we report the median of ``repeats``.
+    ``impls``: names of ``IMPLEMENTATIONS`` or a {name: fn(tensor, group)} dict. Each repetition
+    starts after a barrier and lasts as long as its slowest rank (the collective is done when
+    the last rank is); we report the median of ``repeats``. Seconds of ``clock_now``: this
+    machine's wall clock, or the emulated cluster's under ``twin.emulate`` (deterministic: one
+    repetition and no warm-up say it all there).
     Communication: the timed all-reduces plus one all-reduce(MAX) of one float64 per repetition.
     Call it on every rank of ``group`` (default: ctx.group).
     """
     group = group if group is not None else ctx.group
-    out: dict[str, list[float]] = {name: [] for name in impls}
-    for name in impls:
-        fn = IMPLEMENTATIONS[name]
+    fns = impls if isinstance(impls, dict) else {name: IMPLEMENTATIONS[name] for name in impls}
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for name, fn in fns.items():
         for size in sizes_bytes:
             x = torch.ones(max(1, size // 4), dtype=torch.float32, device=ctx.device)
             times = []
             for i in range(warmup + repeats):
                 dist.barrier(group=group)
-                t0 = time.perf_counter()
+                t0 = clock_now()
                 fn(x, group)
-                elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+                elapsed = torch.tensor([clock_now() - t0], dtype=torch.float64)
                 dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
                 if i >= warmup:
                     times.append(elapsed.item())
