@@ -182,13 +182,14 @@ def wrong_version(page, source: str) -> list[str]:
     for name in sorted({a or b for a, b in EXERCISE.findall(source)}):
         code = ("from lab_utils.exercises import check as _check, get as _get\n"
                 f"_what, _fn = next(iter(_get({name!r}).wrong.items()))\n"
-                f"print('a wrong version:', _what)\n_check({name!r}, _fn)")
+                f"print('a wrong version:', _what)\n_check({name!r}, _fn);")
         text = page.evaluate(WRONG_VERSION, code)
         if "[NOT YET]" not in text:
             found.append(f"{name}: its first wrong version was not rejected: {text[-200:]!r}")
         elif "Traceback" in text or 'File "/' in text:
             found.append(f"{name}: a traceback or file path in the grader's message")
-        print(f"    wrong version of {name}: {text.strip().splitlines()[-1][:110]!r}", flush=True)
+        verdict = next((ln for ln in text.splitlines() if "[NOT YET]" in ln), text.strip()[-110:])
+        print(f"    wrong version of {name}: {verdict[:110]!r}", flush=True)
     return found
 
 
