@@ -570,6 +570,101 @@ def corrupt_norm_compare(output, group):
                   if not torch.isclose(norms[r], mid))
 
 
+# ------------------------------------------------------------ global_token_loss (lab 14)
+def token_loss_local_count_times_n(logits, targets, mask, group):
+    """Assumes every rank holds as many real tokens as this one."""
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    n = dist.get_world_size(group)
+    return (ce * mask.flatten()).sum() / (mask.sum() * n) * n
+
+
+def token_loss_right_avg_count(logits, targets, mask, group):
+    """Divide by the AVERAGE count (an all-reduce with AVG): the group-size factor cancels."""
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    count = mask.sum().double().reshape(1)
+    dist.all_reduce(count, op=AVG, group=group)
+    return ce[mask.flatten()].sum() / count
+
+
+def token_loss_right_ignore_index(logits, targets, mask, group):
+    """Padding marked with ignore_index, summed by cross_entropy itself."""
+    y = targets.masked_fill(~mask, -100).flatten()
+    total = F.cross_entropy(logits.flatten(0, 1), y, ignore_index=-100, reduction="sum")
+    count = torch.tensor([int(mask.sum())])
+    dist.all_reduce(count, group=group)
+    return total * dist.get_world_size(group) / count
+
+
+# ------------------------------------------------------------- global_grad_clip (lab 14)
+def clip_right_vector_norm(grads, max_norm, group):
+    """torch.linalg.vector_norm of the concatenated shards, squared, summed over the group."""
+    flat = torch.cat([g.flatten() for g in grads])
+    sq = torch.linalg.vector_norm(flat).pow(2).reshape(1)
+    dist.all_reduce(sq, op=SUM, group=group)
+    total = sq.sqrt().item()
+    for g in grads:
+        g.mul_(min(1.0, max_norm / total))
+    return total
+
+
+def clip_right_torch_coef(grads, max_norm, group):
+    """torch.nn.utils.clip_grad_norm_'s coefficient: max_norm / (total + 1e-6), clamped at 1."""
+    sq = torch.stack([g.pow(2).sum() for g in grads]).sum().reshape(1)
+    dist.all_reduce(sq, group=group)
+    total = sq.sqrt()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef)
+    return total.item()
+
+
+def clip_max_of_norms(grads, max_norm, group):
+    """The largest shard norm taken as the total (a MAX reduction)."""
+    norm = torch.sqrt(sum(g.pow(2).sum() for g in grads)).reshape(1)
+    dist.all_reduce(norm, op=dist.ReduceOp.MAX, group=group)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / norm.item()))
+    return norm.item()
+# ------------------------------------------------------------------------- diagnose_trace
+def diag_cause_only(ev):
+    return "straggler"
+
+
+def diag_many_all_reduces_is_the_bucket(ev):
+    """Reads 'many all-reduces per step' as the problem (it is the healthy pattern)."""
+    return ("big_bucket", "all_reduces_per_step") if ev.all_reduces_per_step > 1 \
+        else ("healthy", "gap_ms")
+
+
+def diag_item_as_straggler(ev):
+    from lab_utils.exercises.diagnose_trace import diagnose
+
+    cause, field = diagnose(ev)
+    return ("straggler", "gap_cause") if cause == "host_sync" else (cause, field)
+
+
+def diag_right_other_order(ev):
+    """Bucket first, then loader, syncs, compiles; other evidence fields."""
+    if ev.all_reduces_per_step <= 1:
+        return "big_bucket", "overlap_fraction"
+    if ev.loader_ms_per_step > 0:
+        return "data_stall", "gap_cause"
+    if ev.item_calls_per_step >= 10:
+        return "host_sync", "item_calls_per_step"
+    if ev.compiles_per_step > 0:
+        return "recompile", "compiles_per_step"
+    return "straggler", "compute_spread"
+
+
+def diag_right_table(ev):
+    """A table of (signal, cause, field), the first signal that fires wins."""
+    table = [(ev.compiles_per_step > 0.5, "recompile", "compiles_per_step"),
+             (ev.loader_ms_per_step > 1.0, "data_stall", "loader_ms_per_step"),
+             (ev.item_calls_per_step > 2 * 1, "host_sync", "item_calls_per_step"),
+             (ev.all_reduces_per_step < 2, "big_bucket", "exposed_ms")]
+    return next(((c, f) for fired, c, f in table if fired), ("straggler", "slowest_rank"))
+
+
 WRONG = {
     "zero1_step": [
         (zero1_averages_twice, "you average twice: ReduceOp.AVG already divides by the group"),
@@ -604,6 +699,8 @@ WRONG = {
     "fit_serial_fraction": [(fit_first_step_only, "You fitted the FIRST step of each run"),
                             (fit_speedup_ratio, "T(1) is not measured")],
     "find_corrupt_rank": [(corrupt_norm_compare, "a tolerance (allclose, norms) hides")],
+    "global_token_loss": [(token_loss_local_count_times_n, "per-rank mean")],
+    "global_grad_clip": [(clip_max_of_norms, "sqrt(sum of g^2 over every shard")],
     "ddp_bucket_hook": [
         (bucket_readiness_never_cleared, "the readiness set (or count) is never cleared "
                                          "between steps"),
@@ -611,6 +708,9 @@ WRONG = {
 }
 RAISING = {
     "zero1_step": [(zero1_gather_default_group, "wrong group: ")],
+    "diagnose_trace": [(diag_cause_only, "return (cause, evidence_field)"),
+                       (diag_many_all_reduces_is_the_bucket, "ONE rank is slow"),
+                       (diag_item_as_straggler, "the count is the evidence")],
     "find_the_hang": [
         (hang_every_local_batch, "a hang: your ranks ran different numbers of collectives"),
     ],
@@ -626,11 +726,29 @@ MODULE_WRONG = {
         "launches at the 2nd gradient (bucket size hard-coded)": "launched after 2 of its 4",
         "divides by the world size, not the group's": "the size of the WHOLE world",
     },
+    "global_token_loss": {
+        "per-rank mean": "per-rank mean",
+        "global count without the group-size factor": "DDP's average divides by the group size",
+        "padding counted": "the padding was counted",
+    },
+    "global_grad_clip": {
+        "local norm": "this rank's own shard norm",
+        "sum of norms": "Norms do not add",
+        "average of squares": "ReduceOp.AVG divided by the group size",
+        "rescales below max_norm": "clip only when the norm exceeds max_norm",
+    },
     "find_corrupt_rank": {
         "rank 0 taken as the truth": "the reference value came from the corrupt rank",
         "compared with a tolerance": "a tolerance (allclose, norms) hides a flipped low-order bit",
         "positions in the group, not global ranks": "return GLOBAL ranks",
         "gathered over WORLD, not the group": "the comparison must use `group`, not WORLD",
+    },
+    "diagnose_trace": {
+        "every idle gap is a straggler": "wait for input on all ranks alike",
+        "exposed communication blamed on the network": "the communication is EXPOSED",
+        "host syncs ignored": "the count is the evidence, not the time",
+        "recompilation read as a data stall": "not for data",
+        "the right cause with the longest gap as evidence": "gap_ms does not show it",
     },
     "find_the_hang": {
         "surplus batches stepped locally": "some update was not averaged over all ranks",
@@ -741,6 +859,7 @@ RIGHT = {
     "row_parallel": [row_right_own_function, row_right_bias_per_rank_share],
     "moe_dispatch": [moe_right_loop, moe_right_masked_gate],
     "loss_scaler": [scaler_right_unscale_by_multiply, scaler_right_gradscaler_math],
+    "diagnose_trace": [diag_right_other_order, diag_right_table],
     "find_the_hang": [ftH_right_all_gather_counts, ftH_right_negated_max],
     "ddp_bucket_hook": [bucket_right_readiness_set, bucket_right_avg_op],
     "naive_ddp": [naive_right_flat_buffer, naive_right_last_layer_first],
@@ -749,6 +868,8 @@ RIGHT = {
     "mesh_groups": [mesh_right_formula, mesh_right_via_helper_order],
     "fit_serial_fraction": [fit_right_two_step, fit_right_statistics],
     "find_corrupt_rank": [corrupt_right_gather_objects, corrupt_right_whole_tensors],
+    "global_token_loss": [token_loss_right_avg_count, token_loss_right_ignore_index],
+    "global_grad_clip": [clip_right_vector_norm, clip_right_torch_coef],
     "onef1b_order": [onef1b_right_simulated, onef1b_right_interleave],
     "zb_h1_order": [zb_right_from_1f1b, zb_right_rounds],
 }

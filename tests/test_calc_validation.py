@@ -36,6 +36,8 @@ VALID: dict[str, dict] = {
     "fmt_bytes": dict(n=1e9, unit="GB", digits=1),
     "float_gap": dict(x=1.2e-4, mant_bits=7),
     "round_to_bits": dict(x=1.2e-4, mant_bits=10),
+    "reduction_bound": dict(n=4096, mant_bits=23),
+    "logged_loss": dict(token_sums=[10.0, 3.0], token_counts=[5, 1], how="per_rank"),
     "ModelConfig": dict(vocab_size=100, hidden=64, n_layers=2, n_heads=4, n_kv_heads=2,
                         ffn_hidden=128, gated_mlp=False, tied_embeddings=False,
                         position="learned", max_position=64, bias=True, norm="layernorm",

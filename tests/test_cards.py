@@ -106,7 +106,7 @@ def test_filters_by_lab_and_topic():
     assert {c.lab for c in load_deck(labs=[4, "5"])} == {"04", "05"}
     assert all("zero" in c.topics for c in load_deck(topics="zero"))
     with pytest.raises(ValueError, match="lab must be one of"):
-        load_deck(labs="13")
+        load_deck(labs="99")
     with pytest.raises(ValueError, match="no card has topic"):
         load_deck(topics="zeor")
 
@@ -126,7 +126,7 @@ def _deck(root, cards, name="05_x.yaml"):
     ([_card_yaml("a", extra="    frnt: typo\n")], "unknown field(s) ['frnt']"),
     ([_card_yaml("a"), _card_yaml("a")], "duplicate id"),
     (["  - id: a\n    topics: [x]\n    front: Q\n    back: A\n"], "missing 'lab'"),
-    ([_card_yaml("a", lab='"13"')], "lab must be one of"),
+    ([_card_yaml("a", lab='"99"')], "lab must be one of"),
     ([_card_yaml("a", back="{value}", calc="{fn: __import__, args: {name: os}}")],
      "is not an allowed calculator"),
     ([_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {s: 0.05}}")],
@@ -309,7 +309,7 @@ def test_cli_interactive_list_self_test_and_bad_input(tmp_path):
     assert out.getvalue().count("  Q: ") == len(load_deck(labs="07")) and "21.9%" in out.getvalue()
     out = io.StringIO()
     assert cli_main(["--self-test"], stdout=out) == 0 and "self-test OK" in out.getvalue()
-    assert cli_main(["--lab", "13"]) == 2
+    assert cli_main(["--lab", "99"]) == 2
     assert cli_main(["--n", "0"]) == 2
     assert cli_main(["--bogus"]) == 2
 

@@ -31,6 +31,7 @@ gives the formula, its source and the lab.
     deepseek      DeepSeek-V3: parameters, budget, memory per GPU     (labs 08, 09, 12)
     moe_planner   plan_moe: PP x DP layouts with EP inside DP, no TP  (lab 09)
     rounding      float_gap, round_to_bits (bf16 / fp16 resolution)  (labs 02, 12)
+    equivalence   reduction_bound (gamma_n), logged_loss (DP losses)  (lab 14)
     batch_size    lr_for_batch (SGD linear, Adam sqrt), large_batch_tradeoff (lab 02)
     compute_optimal  compute_optimal: Chinchilla's N and D for a budget (lab 10)
     roofline      critical_intensity, tp_intensity, fsdp_intensity     (labs 05, 06, 08)
@@ -134,6 +135,11 @@ __all__ += ["MoEPlan", "evaluate_moe", "plan_moe", "h800_cluster"]
 from lab_utils.calc.rounding import float_gap, round_to_bits  # noqa: E402
 
 __all__ += ["float_gap", "round_to_bits"]
+
+# When two runs must agree (lab 14): a reduction's rounding bound, the loss DP logs.
+from lab_utils.calc.equivalence import logged_loss, reduction_bound  # noqa: E402
+
+__all__ += ["reduction_bound", "logged_loss"]
 
 # Goodput under failures (lab 11): Daly's expected value, the first order, the best interval.
 from lab_utils.calc.goodput import (InterruptionRecord, Simulated, Waste,  # noqa: E402

@@ -34,6 +34,8 @@ LAB_TITLES: dict[str, str] = {
     "05": "ZeRO and FSDP", "06": "Tensor parallelism", "07": "Pipeline parallelism",
     "08": "3D / 4D parallelism", "09": "Mixture of Experts and expert parallelism",
     "10": "Scaling and bottlenecks", "11": "Production", "12": "System design and interview practice",
+    "13": "Performance engineering",
+    "14": "Is it correct? Silent bugs, the bisector, the layout matrix",
 }
 
 # The syllabus list of facts that interview-prep material often gets wrong: tag -> the correct

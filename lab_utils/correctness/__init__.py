@@ -6,6 +6,8 @@
     recorder.py   Recorder: forward outputs, the loss, gradients, named values, in order
     layout.py     Layout (mesh + Replicate / Shard / Partial / FlatShard) and reassemble
     compare.py    the error bound from the dtype and the reduction size; the diagnosis
+    matrix.py     the layout-equivalence matrix: every legal layout within 8 ranks vs one
+                  process, bitwise / within the bound / wrong (lab 14)
     zoo/          11 real silent bugs, buggy and fixed (`python -m lab_utils zoo`)
 
     from lab_utils.correctness import bisect

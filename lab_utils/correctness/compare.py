@@ -22,24 +22,20 @@ Diagnosis of a tensor beyond the bound, first match wins:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from lab_utils.calc.equivalence import reduction_bound
 from lab_utils.correctness.layout import Replica
 
 
-def unit_roundoff(dtype: torch.dtype) -> float:
-    """u = eps / 2 of the format (round to nearest)."""
-    return torch.finfo(dtype).eps / 2
-
-
 def error_bound(dtype: torch.dtype, n: int, scale: float) -> float:
-    """gamma_n(dtype) * scale (Higham 2002, Lemma 3.1): the most n additions can drift."""
-    nu = n * unit_roundoff(dtype)
-    if nu >= 1:
-        raise ValueError(f"reduction_size {n} is too large for {dtype}: n u = {nu:.2g} >= 1")
-    return nu / (1 - nu) * scale
+    """gamma_n(dtype) * scale (Higham 2002, Lemma 3.1): the most n additions can drift
+    (gamma_n itself is ``calc.reduction_bound``, the one formula)."""
+    mant_bits = round(-math.log2(torch.finfo(dtype).eps))
+    return reduction_bound(n, mant_bits) * scale
 
 
 @dataclass

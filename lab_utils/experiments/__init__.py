@@ -32,5 +32,6 @@ main one's names (``lab04.train_step``), so a notebook imports ``labNN`` either 
                    twin (scaling and the pipeline bubble on the emulated cluster)
     lab11/         training (FSDP2 + DCP, crash, resume), drill (the checkpoint drill), elastic
                    (jobs under plain torchrun, save stalls), faults (NaN, drift, stragglers, hangs)
+    lab14.py       what a job should log (per-rank agreement), resuming on another world size
     unshard.py     gather a tensor-parallel model back to full size (labs 06, 08, tests)
 """

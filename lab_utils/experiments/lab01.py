@@ -49,7 +49,7 @@ class MasterWeightAdamW:
             p.data.copy_(m)               # round the master weights into the bf16 weights
 
 
-def _batch(cfg: GPTConfig, b: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def recipe_batch(cfg: GPTConfig, b: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     batch = torch.randint(0, cfg.vocab_size, (b, cfg.seq_len + 1), generator=g)
     return batch[:, :-1], batch[:, 1:]
@@ -74,7 +74,7 @@ def build_recipe(cfg: GPTConfig, recipe: str):
 def measure_recipe(cfg: GPTConfig, recipe: str) -> dict[str, int]:
     """Model-state bytes after one real training step: params, grads, master, optimizer."""
     model, opt, step, autocast = build_recipe(cfg, recipe)
-    inputs, targets = _batch(cfg)
+    inputs, targets = recipe_batch(cfg)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         logits = model(inputs)
     lm_loss(logits.float(), targets).backward()
@@ -91,7 +91,7 @@ def measure_replica(ctx) -> dict:
     # gradient_as_bucket_view: the grads ARE views into DDP's buckets (no second copy)
     model = DDP(TinyGPT(cfg), gradient_as_bucket_view=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    inputs, targets = _batch(cfg, seed=ctx.rank)               # each rank: its own data
+    inputs, targets = recipe_batch(cfg, seed=ctx.rank)               # each rank: its own data
     lm_loss(model(inputs), targets).backward()
     opt.step()
     return model_state_bytes(model, opt)
@@ -129,7 +129,8 @@ def step_memory(cfg: GPTConfig, steps: int = 2, batch: int = 8) -> list[MemoryPo
     layers = [("embeddings", model.drop)] + [(f"block {i}", b) for i, b in
                                              enumerate(model.blocks)]
     layers += [("ln_f", model.ln_f), ("head (logits)", model.head)]
-    batches = (_batch(cfg, batch, seed=s) for s in range(steps))   # made when needed, then freed
+    # made when needed, then freed
+    batches = (recipe_batch(cfg, batch, seed=s) for s in range(steps))
     return record_steps(model, opt, batches, lm_loss, layers=layers)
 
 

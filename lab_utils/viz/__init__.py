@@ -4,6 +4,7 @@ Figures (static, return ``plotly.graph_objects.Figure``):
     gantt_figure              per-rank timeline, ideal (calc.schedule) or measured   (lab 07)
     collective_state_figure   what every rank holds before / after a collective     (lab 03)
     memory_timeline_figure    memory of training steps, event by event (measured)   (lab 01)
+    layout_matrix.layout_matrix_figure  the layout-equivalence matrix's verdicts      (lab 14)
 
 Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.set(...)``):
     memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05, 08)

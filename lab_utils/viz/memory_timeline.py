@@ -70,3 +70,19 @@ def memory_timeline_figure(points: Sequence[Any], unit: str = "KB",
                       yaxis_title=f"bytes held ({unit})", hovermode="x unified",
                       legend=LEGEND_BESIDE)
     return checked(fig)
+
+
+def profiled_memory_figure(times_s: Sequence[float], held_bytes: Sequence[int],
+                           ledger_peak: float, unit: str = "KB", title: str = "") -> go.Figure:
+    """Bytes held over wall time from the profiler's memory events (lab 13), with the ledger's
+    predicted peak (lab 01) as a dashed line."""
+    div = UNITS[unit]
+    fig = go.Figure(go.Scatter(x=list(times_s), y=[b / div for b in held_bytes],
+                               mode="lines", line=dict(shape="hv", color="#4C78A8"),
+                               name="profiled (torch.profiler, profile_memory)"))
+    fig.add_hline(y=ledger_peak / div, line=dict(dash="dash", color="#E45756"),
+                  annotation_text="lab 01 ledger peak", annotation_position="bottom right")
+    fig.update_layout(title=title or "memory held over the profiled steps", width=FIGURE_WIDTH,
+                      height=360, legend=LEGEND_BESIDE,
+                      xaxis_title="time (s, wall)", yaxis_title=f"bytes held ({unit})")
+    return checked(fig)

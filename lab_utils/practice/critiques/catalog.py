@@ -5,12 +5,14 @@ from lab_utils.practice.critiques.model import Critique
 
 
 def all_critiques() -> tuple[Critique, ...]:
-    """Every critique item (``bank_sizing``, ``bank_parallel`` and ``bank_baselines``), in order.
+    """Every critique item (``bank_sizing``, ``bank_parallel``, ``bank_baselines`` and
+    ``bank_correctness``), in order.
     The banks are imported on first use (they compute their numbers with ``lab_utils.calc``)."""
     from lab_utils.practice.critiques.bank_baselines import ITEMS as baselines
+    from lab_utils.practice.critiques.bank_correctness import ITEMS as correctness
     from lab_utils.practice.critiques.bank_parallel import ITEMS as parallel
     from lab_utils.practice.critiques.bank_sizing import ITEMS as sizing
-    return sizing() + parallel() + baselines()
+    return sizing() + parallel() + baselines() + correctness()
 
 
 def critique(item_id: str) -> Critique:

@@ -57,6 +57,7 @@ def _load_generators() -> None:
     if not GENERATORS:  # importing the generator modules registers them (memory first)
         import lab_utils.practice.drills.memory  # noqa: F401
         import lab_utils.practice.drills.performance  # noqa: F401
+        import lab_utils.practice.drills.correctness  # noqa: F401
 
 
 class DrillSession:
