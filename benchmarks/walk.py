@@ -247,6 +247,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
     names = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")
                    if not args.labs or p.name[:2] in args.labs)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still cleans up (finally)
     home = Path(tempfile.mkdtemp(prefix="lab_walk_"))
     proc, base_token = start_jupyter(home)
     status = 0
