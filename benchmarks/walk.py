@@ -15,6 +15,8 @@ and names:
 
 * in the page: "Error displaying widget", a cut control label, a cell's error output, a wrong
   version not rejected or answered with a traceback;
+* noted, not failed: a cell that ran longer than 5 s without a live status line (the runtime
+  shows one for runs on ranks; a long single-process cell shows none);
 * in the saved notebook: every finding of ``lab_utils.tools.nbaudit`` (a traceback in a grader's
   message, an output twice, a stale box, an axis far beyond its data, LaTeX eating prose) except
   the answer-before-commit rule (here every prediction IS committed, so its tables show).
@@ -57,14 +59,24 @@ SETTINGS = {**LAB_SETTINGS,
             "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
                                                             "checkForUpdates": False}}
 
+# Runs cell i and watches its outputs meanwhile: did a live status line ("... ranks running")
+# show while it ran? Returns [kind, milliseconds, seen].
 RUN_CELL = """async i => {
     const nb = window.jupyterapp.shell.currentWidget.content;
     nb.activeCellIndex = i;
     const cell = nb.widgets[i];
-    if (cell.model.type !== 'code') return cell.model.type;
+    if (cell.model.type !== 'code') return [cell.model.type, 0, false];
+    let seen = false;
+    const outputs = () => cell.node.querySelector('.jp-OutputArea') || cell.node;
+    const watch = new MutationObserver(() => {
+        seen = seen || outputs().textContent.includes('ranks running'); });
+    watch.observe(cell.node, {subtree: true, childList: true, characterData: true});
+    const t0 = performance.now();
     await window.jupyterapp.commands.execute('notebook:run-cell');
-    return 'code';
+    watch.disconnect();
+    return ['code', performance.now() - t0, seen];
 }"""
+PROGRESS_AFTER_S = 5.0  # a cell running longer than this should show progress (issue 37 item 6)
 PAGE_PROBLEMS = """i => {
     const cell = window.jupyterapp.shell.currentWidget.content.widgets[i].node, out = [];
     if (cell.textContent.includes('Error displaying widget')) out.push('Error displaying widget');
@@ -204,11 +216,13 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
                for c in nbformat.read(home / "labs" / name, as_version=4).cells]
     asks = [src.count("predict(") for src in sources]
     cells, found, start = page.locator(".jp-Notebook .jp-Cell"), [], time.perf_counter()
-    seconds = []
+    seconds, silent = [], []  # silent: long cells with no live line (a note, not a finding)
     for i in range(n):
         t0 = time.perf_counter()
         try:
-            page.evaluate(RUN_CELL, i)
+            kind, ms, seen = page.evaluate(RUN_CELL, i)
+            if ms > 1e3 * PROGRESS_AFTER_S and not seen:
+                silent.append(f"cell {i}: {ms / 1e3:.0f} s without a progress line")
             committed = commit_predictions(cells.nth(i), asks[i]) if asks[i] else []
             if EXERCISE.search(sources[i]):
                 found += [f"cell {i}: {p}" for p in wrong_version(page, sources[i])]
@@ -234,7 +248,8 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
               for p in check(c)]
     report = {"lab": name, "cells": n, "walked": len(seconds),
               "seconds": round(time.perf_counter() - start, 1), "seconds_per_cell": seconds,
-              "slowest": sorted(enumerate(seconds), key=lambda x: -x[1])[:3], "findings": found}
+              "slowest": sorted(enumerate(seconds), key=lambda x: -x[1])[:3], "findings": found,
+              "silent_long_cells": silent}
     (OUT / f"{Path(name).stem}.json").write_text(json.dumps(report, indent=1))
     return report
 
@@ -263,6 +278,8 @@ def main() -> int:
                       f"slowest {r['slowest']}, {len(r['findings'])} finding(s)", flush=True)
                 for f in r["findings"]:
                     print(f"    {f}", flush=True)
+                for note in r["silent_long_cells"]:
+                    print(f"    note: {note}", flush=True)
             context.close()
     finally:
         proc.terminate()
