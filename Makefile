@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 BUILD  := build
 
-.PHONY: lab test test-unit bench soak doctor strip clean-venv browser-deps site
+.PHONY: lab test test-unit bench soak doctor strip clean-venv browser-deps site walk
 
 # The pins are installed by uv (pinned below; on the 2-core CI machine 43 s instead of pip's 91 s for the
 # whole step, see docs/CONTRIBUTING.md). uv reads no pip configuration, so the find-links pip is set up with
@@ -30,10 +30,12 @@ $(STAMP): requirements.txt pyproject.toml
 	    && $(PY) -m pip install --quiet --no-deps -e .; \
 	fi
 	$(PY) -m ipykernel install --sys-prefix --name distributed-labs --display-name "Distributed labs (.venv)" >/dev/null
+	$(PY) -m lab_utils.tools.nbtools lab-settings >/dev/null
 	@touch $(STAMP)
 
 lab: $(STAMP)
 	$(PY) -m lab_utils doctor --no-smoke || true
+	@$(PY) -m lab_utils.tools.nbtools lab-settings  # saved widget state (a venv made before it)
 	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.root_dir=labs \
 	  $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -69,6 +71,11 @@ bench: $(STAMP)
 # The flake hunt: multi-rank test files 20 times, every notebook 5 times (quick), a table of failures.
 soak: $(STAMP)
 	$(PY) benchmarks/soak.py --test-runs 20 --notebook-runs 5 --jobs $(JOBS)
+
+# Every lab walked as a learner, cell by cell in JupyterLab in Chromium, each prediction committed
+# (not in `make test`: far longer than its budget). LABS="09 12" walks some; build/walk/ has the report.
+walk: $(STAMP) browser-deps
+	$(PY) benchmarks/walk.py $(LABS)
 
 # A static HTML copy of the executed course (quick mode), readable without running anything.
 site: $(STAMP)

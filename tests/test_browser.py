@@ -24,6 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from lab_utils.tools.nbtools import LAB_SETTINGS
+
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -55,7 +57,9 @@ PREDICTIONS = [
     "g = predict('05.frac', 'ZeRO-1 state as a fraction of DDP state?', unit='x DDP')\ng",
     "g.reveal(formula=0.625, measured=0.625)",
     f"c = predict('05.held', 'Which full weights are held?', choices={CHOICES})\nc",
-    "print('the next cell ran')"]
+    "print('the next cell ran')",
+    "from lab_utils.cards import review_widget\nreview_widget(lab='00')",
+    "from lab_utils import viz\nviz.bubble_explorer()"]
 
 
 def number_boxes() -> list[tuple[str, str, str, str, bool]]:
@@ -108,6 +112,10 @@ def jupyter(tmp_path_factory, die_with_pytest):
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
                                                                           "checkForUpdates": False}))
+    for plugin, values in LAB_SETTINGS.items():  # what `make lab` installs (saved widget state)
+        folder, name = plugin.split(":")
+        (home / "settings" / folder).mkdir(parents=True, exist_ok=True)
+        (home / "settings" / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = free_port(), uuid.uuid4().hex
     log = open(home / "jupyter.log", "w")
     env = dict(os.environ, LAB_QUICK="1", JUPYTER_RUNTIME_DIR=str(home / "runtime"),
@@ -442,7 +450,8 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
     """Issue 37.6: "5/8" and Enter commit; the input becomes plain HTML (no stale "not committed"
     box, the reveal fills in once); the keyboard focus goes to the next cell (Shift+Enter runs
     it); every choice shows whole; the saved notebook, reopened on a new kernel, shows both
-    guesses instead of "Error displaying widget"."""
+    guesses, the flashcards and an explorer's figure (saved widget state) instead of "Error
+    displaying widget"."""
     base, token = jupyter
     page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 0)
     cells = page.locator(".jp-Notebook .jp-Cell")
@@ -468,6 +477,9 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         cells.nth(4).locator(".jp-OutputArea-output:has-text('the next cell ran')").wait_for()
         assert "not committed yet" not in page.content()
         assert cells.nth(1).locator(".jp-OutputArea-output").count() == 1  # the box, once
+        page.evaluate(RUN_CELLS, [5, 6])
+        cells.nth(5).locator(".lab-cards .lab-widget-title").wait_for()
+        wait_for_first_draw(page, cells.nth(6).locator(".bubble-explorer"), ".bubble-explorer")
         page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
         page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
     finally:
@@ -481,6 +493,8 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         page.locator(".lab-prediction-committed").nth(1).wait_for()
         text = page.locator(".jp-Notebook").inner_text()
         assert "0.625" in text and CHOICES[2] in text and "your choice" in text
+        page.locator(".lab-cards .lab-widget-title").wait_for()  # from the saved widget state
+        wait_for_first_draw(page, page.locator(".bubble-explorer"), ".bubble-explorer")
         assert "Error displaying widget" not in page.content()
         page.screenshot(path=str(SHOTS / "prediction-reopened.png"))
     finally:

@@ -167,3 +167,21 @@ def test_enter_commits_and_choices_show_whole_and_chosen(store):
     shown = committed_html(q)
     assert all(c in shown for c in choices) and shown.count("your choice") == 1
     assert shown.index("your choice") > shown.index(choices[2])
+
+
+def test_a_reveal_holds_back_the_table_that_shows_the_answer_until_the_commit(store):
+    """Issue 36 item 2: under Run All a table printed beside the hidden reveal showed the number;
+    reveal(show=Table(...)) displays it only once a guess is committed, in place. The reveal's
+    output carries the numbers it holds back (metadata), which the executed-notebook audit
+    (tools/answer_leaks.py) looks for in nearby outputs."""
+    from lab_utils.exercises.predict_view import REVEAL_META
+    outs = run_cells("from lab_utils.exercises import predict\nfrom lab_utils.viz import Table\n"
+                     "g = predict('10.amdahl', 'Speed-up at N=8?', unit='x')",
+                     "g.reveal(formula=5.926, show=Table([{'N': 8, 'speed-up': 5.926}]))")
+    fresh = [o for o in outs if not o.update]
+    assert all("5.926" not in str(o.data) for o in outs)        # nothing says it yet
+    assert fresh[1].metadata[REVEAL_META] == {"key": "10.amdahl", "values": [5.926]}
+    assert fresh[2].data == {"text/plain": ""}                   # the table's place, empty
+    outs = run_cells("g.commit('6x')")
+    assert any("5.926" in o.data.get("text/html", "") and "<table" in o.data["text/html"]
+               for o in outs if o.update)

@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from lab_utils.exercises.predict_view import GREY, committed_html, show_input, show_live
+from lab_utils.exercises.predict_view import (GREY, committed_html, show_after_commit, show_input,
+                                              show_live)
 from lab_utils.exercises.prediction_store import BOX_STYLE, fmt, load, plain, predictions_path, save
 from lab_utils.exercises.typed_guess import read_guess
 from lab_utils.shown import ShownOnce, in_notebook
@@ -118,13 +119,16 @@ class Prediction(ShownOnce):
         return [row]
 
     def reveal(self, formula: Any = None, measured: Any = None, answer: Any = None,
-               why: str = "") -> Any:
+               why: str = "", show: Any = ()) -> Any:
         """Show guess vs formula vs measured once committed (fills in later if not yet).
 
         ``measured`` is what the run observed (say what kind: ledger, wire, timer) and
         ``formula`` what theory predicts; the verdict compares the guess with the measurement
-        when there is one, else with the formula. Returns what it
-        shows (``.value``: its HTML now); outside Jupyter the comparison is printed if committed.
+        when there is one, else with the formula. ``show``: a table (``viz.Table(...)``, not
+        ``show_table``, which displays at once), a figure, or a list of them, that state the
+        answer: displayed under the comparison only once a guess is committed (under Run All,
+        the commit fills them in place). Returns what it shows (``.value``: its HTML now);
+        outside Jupyter the comparison (and each table's text) is printed if committed.
         """
         if self.choices and answer is None:
             raise ValueError("a multiple-choice prediction reveals with answer=...")
@@ -145,7 +149,8 @@ class Prediction(ShownOnce):
 
         shown = Revealed(render)
         if in_notebook():  # plain HTML, redrawn in place by the commit (saved with the notebook)
-            self._listeners.append(show_live(render, text))
+            held = [plain(v) for v in (formula, measured, answer) if v is not None]
+            self._listeners.append(show_live(render, text, {"key": self.key, "values": held}))
             shown._shown = True
         else:
             print(text())
@@ -153,7 +158,20 @@ class Prediction(ShownOnce):
                 render()  # keeps the outcome now (predictions.json, a live class)
             else:
                 self._listeners.append(render)  # keeps it once a guess is committed
+        self.after_commit(*(show if isinstance(show, (list, tuple)) else [show]))
         return shown
+
+    def after_commit(self, *items: Any) -> None:
+        """Display ``items`` (tables, figures that state the answer) once a guess is committed:
+        now if it is; else each waits in an empty output that the commit fills in place, so a
+        Run All shows no answer before the learner commits. Outside Jupyter a committed
+        prediction's tables are printed."""
+        if in_notebook():
+            show_after_commit(self, items)
+        elif self.committed:
+            for item in items:
+                if not hasattr(item, "to_plotly_json"):  # a table's text, not a figure's JSON
+                    print(item)
 
     def _keep_outcome(self, row: dict) -> None:
         """Store what the reveal showed next to the learner's guess (not for quick-mode presets)."""

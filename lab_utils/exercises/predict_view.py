@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import html
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from lab_utils.exercises.prediction_store import BOX_STYLE, fmt
 
@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from lab_utils.exercises.predict import Prediction
 
 GREY, GREEN, RED = "#57606a", "#1a7f37", "#8a1c1c"
+NOT_COMMITTED = "not committed yet"  # what an uncommitted prediction's old copy would say
+# Output metadata of a reveal: its key and the numbers it holds back until the commit (not shown;
+# the audit of an executed notebook, tools/answer_leaks.py, looks for them in nearby outputs).
+REVEAL_META = "lab_reveal"
 # Runs once, when JupyterLab renders the committed HTML: if the focus was lost with the removed
 # control, select the next cell (the notebook's own mousedown handling) and focus the notebook.
 FOCUS_NEXT_CELL = """<script>(() => {
@@ -51,7 +55,7 @@ def committed_html(p: "Prediction") -> str:
         guess = f"<ul style='list-style:none;padding-left:8px;margin:4px 0'>{items}</ul>"
     else:
         guess = (f"<br>committed: <b>{html.escape(fmt(p.value))}</b> {html.escape(p.unit)}"
-                 if p.committed else "<br>not committed yet")
+                 if p.committed else f"<br>{NOT_COMMITTED}")
     return (f'<div class="lab-prediction-committed" style="{BOX_STYLE}"><b>Your prediction:</b> '
             f"{html.escape(p.question)}{preset}{guess}</div>")
 
@@ -71,11 +75,31 @@ def show_input(p: "Prediction") -> None:
     p._listeners.append(replace)
 
 
-def show_live(render: Callable[[], str], text: Callable[[], str]) -> Callable[[], None]:
+def show_live(render: Callable[[], str], text: Callable[[], str],
+              meta: dict | None = None) -> Callable[[], None]:
     """Display ``render()`` as plain HTML now; the returned function redraws it in place."""
     from IPython.display import display
-    handle = display(bundle(text(), render()), raw=True, display_id=True)
-    return lambda: handle.update(bundle(text(), render()), raw=True)
+    md = {REVEAL_META: meta} if meta else None
+    handle = display(bundle(text(), render()), raw=True, display_id=True, metadata=md)
+    return lambda: handle.update(bundle(text(), render()), raw=True, metadata=md)
+
+
+def show_after_commit(p: "Prediction", items: Sequence[Any]) -> None:
+    """Display each of ``items`` (a table, a figure: what shows the answer) only once ``p`` is
+    committed: now if it is, else an empty output that the commit fills in place."""
+    from IPython.display import display
+    for item in items:
+        if p.committed:
+            display(item)
+            continue
+        handle = display({"text/plain": ""}, raw=True, display_id=True)
+        p._listeners.append(lambda h=handle, it=item: _fill(h, it))
+
+
+def _fill(handle: Any, item: Any) -> None:
+    from IPython.core.formatters import format_display_data
+    data, metadata = format_display_data(item)
+    handle.update(data, metadata=metadata, raw=True)
 
 
 def _input_widget(p: "Prediction") -> Any:

@@ -2,14 +2,18 @@
 
     python -m lab_utils.tools.nbtools strip labs/*.ipynb     # remove outputs (keeps checked cells)
     python -m lab_utils.tools.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if not
+    python -m lab_utils.tools.nbtools lab-settings           # JupyterLab defaults (`make lab`)
 
 A cell whose source contains ``# NBVAL_CHECK_OUTPUT`` keeps its output: nbval compares it.
 """
 from __future__ import annotations
 
+import html
 import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -19,6 +23,11 @@ REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
 # a notebook naming another one is rewritten by JupyterLab the moment it opens (shown as modified).
 KERNELSPEC = {"display_name": "Distributed labs (.venv)", "language": "python",
               "name": "distributed-labs"}
+# JupyterLab defaults `make lab` installs (the venv's overrides.json). Saved widget state: a saved
+# notebook keeps its widgets' last state in its metadata, so reopened on a new kernel the
+# flashcards, explorers and prediction inputs render from it; without it every widget output
+# reads "Error displaying widget: model not found" once its kernel is gone.
+LAB_SETTINGS = {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": True}}
 
 
 def execute(src: Path, dest: Path, quick: bool) -> None:
@@ -90,7 +99,39 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
     return found + given_away(nb)
 
 
+def join_text(value: Any) -> str:
+    """A notebook's multi-line string field (a list of lines or one string) as one string."""
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def outputs_text(output: Any) -> str:
+    """The text a learner reads in one output: a stream's text, else its HTML (tags dropped) or
+    its plain text."""
+    if output.get("output_type") == "stream":
+        return join_text(output.get("text", ""))
+    data = output.get("data", {})
+    if "text/html" in data:
+        return html.unescape(re.sub(r"<[^>]+>", " ", join_text(data["text/html"])))
+    return join_text(data.get("text/plain", ""))
+
+
+def install_lab_settings(prefix: str = sys.prefix) -> Path:
+    """Merge LAB_SETTINGS into ``<prefix>/share/jupyter/lab/settings/overrides.json`` (the
+    defaults of every JupyterLab this environment starts; a learner's own settings still win)."""
+    import json
+    path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    current = json.loads(path.read_text()) if path.exists() else {}
+    for plugin, values in LAB_SETTINGS.items():
+        current.setdefault(plugin, {}).update(values)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n")
+    return path
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["lab-settings"]:
+        print(f"JupyterLab defaults written to {install_lab_settings()}")
+        return 0
     if len(argv) < 2 or argv[0] not in ("strip", "check"):
         print(__doc__)
         return 2

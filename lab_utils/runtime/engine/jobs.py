@@ -16,6 +16,7 @@ from lab_utils.runtime.engine.forensics import (dead_ranks, failure, fmt_ranks, 
                                                 read_notes, read_records, read_stacks,
                                                 request_stacks)
 from lab_utils.runtime.engine.process import Agent
+from lab_utils.runtime.engine.status import StatusLine
 from lab_utils.runtime.results import RunResults
 
 RESULT_GRACE_S = 1.0  # after a first failure, how long to wait for the other ranks' reports
@@ -33,6 +34,7 @@ class Outcome:
     exited: int = 0  # ranks that finished their clean-up (.done)
     dead: list[int] = field(default_factory=list)
     elapsed_s: float = 0.0
+    closed: bool = False  # the ranks' output reached end-of-file
 
 
 def _echo(line: str, log: list[str], quiet: bool) -> None:
@@ -48,8 +50,28 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
     A job is complete when every rank wrote ``.done`` and printed its END_MARK (so all its output
     has been echoed).
     On a failure or a deadline, the ranks are NOT killed here: the caller asks for stacks first.
+    In a notebook a live status line shows the wait after 2 s (``status.py``); else, unless
+    quiet, a progress line every 10 s.
     """
     out = Outcome(log=[])
+    status = StatusLine(world_size)
+    try:
+        _wait(agent, run_dir, world_size, timeout_s, quiet, start, out, status)
+    finally:
+        status.clear()
+    # line None, end-of-file: the agent and every rank have closed their output, i.e. exited. The
+    # agent's pidfd may turn readable a moment later (a process's files are closed before its exit
+    # is announced), so running() can still say True here.
+    if out.failed or out.closed or not agent.running():
+        out.dead = dead_ranks(run_dir, world_size)
+    if out.deadline_hit:
+        request_stacks(run_dir, world_size)
+    out.elapsed_s = time.perf_counter() - start
+    return out
+
+
+def _wait(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
+          start: float, out: Outcome, status: StatusLine) -> None:
     first_error_at = all_done_at = None
     ended: set[int] = set()
     next_progress = start + 10.0
@@ -81,21 +103,14 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
         if now - start > timeout_s:
             out.deadline_hit = True
             break
-        if not quiet and now > next_progress:
+        status.tick(now - start, len(done))
+        if not quiet and not status.enabled and now > next_progress:
             waiting = [r for r in range(world_size) if f"rank{r}.ok" not in done]
             print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
                   f"waiting for {fmt_ranks(waiting)}", flush=True)
             next_progress = now + 10.0
     out.failed = first_error_at is not None
-    # line None, end-of-file: the agent and every rank have closed their output, i.e. exited. The
-    # agent's pidfd may turn readable a moment later (a process's files are closed before its exit
-    # is announced), so running() can still say True here.
-    if out.failed or line is None or not agent.running():
-        out.dead = dead_ranks(run_dir, world_size)
-    if out.deadline_hit:
-        request_stacks(run_dir, world_size)
-    out.elapsed_s = time.perf_counter() - start
-    return out
+    out.closed = line is None
 
 
 def drain(agent: Agent, log: list[str], quiet: bool) -> None:
