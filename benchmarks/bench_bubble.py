@@ -18,6 +18,7 @@ not apply.
     PYTHONPATH=. .venv/bin/python benchmarks/bench_bubble.py [--p 4] [--m 4 8 16]
 Exit status 1 when a row misses the target; the last line is "K/K rows within target".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,13 @@ def main() -> int:
     out, walls = {}, {}
     for where, across in (("one node", False), ("one GPU per node", True)):
         t0 = time.perf_counter()
-        out[where] = run_pipeline(exps, args.p, pipeline_cluster(p=args.p, across_nodes=across),
-                                  pipeline_scale(), timeout_s=900)
+        out[where] = run_pipeline(
+            exps,
+            args.p,
+            pipeline_cluster(p=args.p, across_nodes=across),
+            pipeline_scale(),
+            timeout_s=900,
+        )
         walls[where] = (time.perf_counter() - t0) / len(exps)
     rows, misses = [], 0
     for inside, spread in zip(out["one node"], out["one GPU per node"]):
@@ -50,14 +56,29 @@ def main() -> int:
         a, b = measured_bubble(inside), measured_bubble(spread)
         ok = (inside.schedule not in CLASSIC) or (pred - 1e-9 <= a <= b)
         misses += not ok
-        rows.append({"schedule": inside.schedule + (f" v={inside.v}" if inside.v > 1 else ""),
-                     "m": inside.m, "formula": pred, "one node": a, "one GPU per node": b,
-                     "step one node (ms)": 1e3 * max(e["end"] for e in inside.events),
-                     "target": "ok" if ok else "MISS"})
-    show_table(rows, title=f"EMULATED bubble, p={args.p}, DGX H100 (wall per emulated step: "
-               + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items()) + ", incl. launch)",
-               fmt={"formula": "{:.3f}", "one node": "{:.3f}", "one GPU per node": "{:.3f}",
-                    "step one node (ms)": "{:.2f}"})
+        rows.append(
+            {
+                "schedule": inside.schedule + (f" v={inside.v}" if inside.v > 1 else ""),
+                "m": inside.m,
+                "formula": pred,
+                "one node": a,
+                "one GPU per node": b,
+                "step one node (ms)": 1e3 * max(e["end"] for e in inside.events),
+                "target": "ok" if ok else "MISS",
+            }
+        )
+    show_table(
+        rows,
+        title=f"EMULATED bubble, p={args.p}, DGX H100 (wall per emulated step: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in walls.items())
+        + ", incl. launch)",
+        fmt={
+            "formula": "{:.3f}",
+            "one node": "{:.3f}",
+            "one GPU per node": "{:.3f}",
+            "step one node (ms)": "{:.2f}",
+        },
+    )
     print(f"{len(rows) - misses}/{len(rows)} rows within target")
     return 1 if misses else 0
 

@@ -14,10 +14,12 @@
    pytest that is counted once, inside its outer test.
 4. The whole command's CPU as the kernel counted it, where a cgroup v1 cpuacct hierarchy is writable
    (root on Linux): every descendant, including the processes that outlived their parent and were
-   reaped by init (ranks of a killed agent, a zygote after its kernel), which rusage (3.) never sees.
+   reaped by init (ranks of a killed agent, a zygote after its kernel), which rusage (3.) never
+   sees.
    On the 2-core machine 3. read 1285 s where the cgroup read 2107-2266 s.
 Target: venv + test command <= 10 minutes on the 2-core machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,12 +36,17 @@ from testsplit import ROOT, read_junit, test_files
 
 
 def time_venv() -> float:
-    """`make`'s own venv recipe, into a temporary folder (VENV=...), so the two never drift apart."""
+    """`make`'s own venv recipe, into a temporary folder (VENV=...), so the two never drift
+    apart."""
     with tempfile.TemporaryDirectory() as tmp:
         venv = Path(tmp) / "venv"
         start = time.perf_counter()
-        subprocess.run(["make", "--no-print-directory", f"VENV={venv}", f"{venv}/.installed"],
-                       check=True, cwd=ROOT, capture_output=True)
+        subprocess.run(
+            ["make", "--no-print-directory", f"VENV={venv}", f"{venv}/.installed"],
+            check=True,
+            cwd=ROOT,
+            capture_output=True,
+        )
         return time.perf_counter() - start
 
 
@@ -68,7 +75,8 @@ def group_cpu_s(group: Path) -> float:
 
 
 def group_of(test_id: str, unit: set[str], multi: set[str]) -> str:
-    """'tests/test_x.py::name[param]' -> its group: unit, multi-rank, browser, or one notebook run."""
+    """'tests/test_x.py::name[param]' -> its group: unit, multi-rank, browser, or one notebook
+    run."""
     file = test_id.split("::")[0]
     file = file if file.endswith(".py") else file + ".py"
     if "test_quick_mode_runs_under_nbval[" in test_id:
@@ -86,23 +94,49 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--no-venv", action="store_true", help="skip timing a fresh venv")
-    parser.add_argument("tests", nargs="*", default=["tests"], help="what to run (default: every test)")
+    parser.add_argument(
+        "tests", nargs="*", default=["tests"], help="what to run (default: every test)"
+    )
     ns = parser.parse_args()
     venv_s = None if ns.no_venv else time_venv()
     report = ROOT / "build" / "bench_ci.xml"
     report.parent.mkdir(exist_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(ns.jobs),
-           "--dist", "worksteal", *ns.tests,
-           f"--junitxml={report}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        str(ns.jobs),
+        "--dist",
+        "worksteal",
+        *ns.tests,
+        f"--junitxml={report}",
+    ]
     cpu_log = ROOT / "build" / "bench_ci_cpu.jsonl"
     cpu_log.unlink(missing_ok=True)
-    env = dict(os.environ, CPU_PER_TEST_OUT=str(cpu_log),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        CPU_PER_TEST_OUT=str(cpu_log),
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")])
+        ),
+    )
     cmd[4:4] = ["-p", "cpu_per_test"]
     group = cpu_cgroup()
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env,
-                          preexec_fn=(lambda: group.joinpath("tasks").write_text(str(os.getpid()))) if group else None)
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        preexec_fn=(lambda: group.joinpath("tasks").write_text(str(os.getpid())))
+        if group
+        else None,
+    )
     wall = time.perf_counter() - start
     kernel_cpu = group_cpu_s(group) if group else None
     unit, multi = set(test_files()[0]), set(test_files()[1])
@@ -110,14 +144,18 @@ def main() -> None:
     failed = 0
     for case in read_junit(report):
         failed += case.failed
-        groups[group_of(case.id.replace("tests.", "tests/", 1).replace(".py", ""), unit, multi)] += case.seconds
+        groups[
+            group_of(case.id.replace("tests.", "tests/", 1).replace(".py", ""), unit, multi)
+        ] += case.seconds
     cpu: dict[str, float] = defaultdict(float)
     if cpu_log.exists():
         for line in cpu_log.read_text().splitlines():
             row = json.loads(line)
             if row["id"] == "(worker exit)":  # pools, zygotes and their agents, reaped at the end
                 cpu["worker exit (pools, zygotes)"] += row["own"] + row["children"]
-            elif row["id"].startswith("tests/"):  # not the cells of an inner nbval run (counted in its test)
+            elif row["id"].startswith(
+                "tests/"
+            ):  # not the cells of an inner nbval run (counted in its test)
                 cpu[group_of(row["id"], unit, multi)] += row["own"] + row["children"]
     cores = os.cpu_count() or 1
     print(f"load average {os.getloadavg()[0]:.1f} on {cores} cores, {ns.jobs} workers")
@@ -127,15 +165,21 @@ def main() -> None:
     for name in sorted(set(groups) | set(cpu), key=lambda n: (n.startswith("notebook"), n)):
         print(f"  {name:44} {groups.get(name, 0.0):7.1f}   {cpu.get(name, 0.0):7.1f}")
     total = sum(cpu.values())
-    print(f"CPU of all tests {total:.0f} s: on {cores} cores no packing finishes them in under "
-          f"{total / cores:.0f} s")
+    print(
+        f"CPU of all tests {total:.0f} s: on {cores} cores no packing finishes them in under "
+        f"{total / cores:.0f} s"
+    )
     if kernel_cpu is not None:
-        print(f"CPU of the whole command as the kernel counted it (cgroup cpuacct, orphans included) "
-              f"{kernel_cpu:.0f} s: floor {kernel_cpu / cores:.0f} s on {cores} cores")
+        print(
+            f"CPU of the whole command as the kernel counted it (cgroup cpuacct, orphans included) "
+            f"{kernel_cpu:.0f} s: floor {kernel_cpu / cores:.0f} s on {cores} cores"
+        )
     else:
         print("(no writable cgroup v1 cpuacct here: the CPU above misses processes reaped by init)")
-    print(f"test command wall time {wall:.0f} s ({proc.returncode=}, {failed} failed)"
-          + (f"; with the venv {wall + venv_s:.0f} s (target <= 600)" if venv_s is not None else ""))
+    print(
+        f"test command wall time {wall:.0f} s ({proc.returncode=}, {failed} failed)"
+        + (f"; with the venv {wall + venv_s:.0f} s (target <= 600)" if venv_s is not None else "")
+    )
     print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:])
 
 

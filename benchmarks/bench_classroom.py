@@ -11,6 +11,7 @@ installed, when the page's DOM shows every guess committed (Playwright waits for
 The server's CPU time (utime + stime from /proc, over the burst and the update) and its memory
 (resident now and at peak, VmRSS / VmHWM) are reported. A loaded machine inflates the times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,12 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=1.0, help="seconds the commits spread over")
     ns = ap.parse_args()
     db = Path(tempfile.mkdtemp(prefix="bench_classroom_")) / "class.sqlite"
-    proc = subprocess.Popen([sys.executable, "-m", "lab_utils", "class", "serve", "--db", str(db),
-                             "--port", "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lab_utils", "class", "serve", "--db", str(db), "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         printed = "".join(proc.stdout.readline() for _ in range(4))
         url = re.search(r"class server on (http://\S+)", printed).group(1)
@@ -72,8 +77,11 @@ def main() -> None:
         for name in names:
             post(url, code, "/api/join", {"pseudonym": name})
         seen: dict = {}
-        stream = threading.Thread(target=watch_stream, args=(
-            page.replace("/instructor", "/api/events"), ns.learners, seen), daemon=True)
+        stream = threading.Thread(
+            target=watch_stream,
+            args=(page.replace("/instructor", "/api/events"), ns.learners, seen),
+            daemon=True,
+        )
         stream.start()
         answered: list[float] = []
         with instructor_page(page) as browser:
@@ -81,9 +89,17 @@ def main() -> None:
 
             def commit(i: int) -> None:
                 time.sleep(max(0.0, start + i * ns.window / ns.learners - time.monotonic()))
-                post(url, code, "/api/prediction", {"pseudonym": names[i], "key": KEY,
-                                                    "question": "Bytes per step?",
-                                                    "guess": 2.0 ** i})
+                post(
+                    url,
+                    code,
+                    "/api/prediction",
+                    {
+                        "pseudonym": names[i],
+                        "key": KEY,
+                        "question": "Bytes per step?",
+                        "guess": 2.0**i,
+                    },
+                )
                 answered.append(time.monotonic())
 
             threads = [threading.Thread(target=commit, args=(i,)) for i in range(ns.learners)]
@@ -91,8 +107,9 @@ def main() -> None:
                 t.start()
             browser_s = None
             if browser is not None:
-                browser.wait_for_selector(f'[data-key="{KEY}"][data-committed="{ns.learners}"]',
-                                          timeout=60_000)
+                browser.wait_for_selector(
+                    f'[data-key="{KEY}"][data-committed="{ns.learners}"]', timeout=60_000
+                )
                 browser_s = time.monotonic()
             for t in threads:
                 t.join()
@@ -102,18 +119,26 @@ def main() -> None:
         room = json.loads(urllib.request.urlopen(page.replace("/instructor", "/api/state")).read())
         stored = len(next(q for q in room["questions"] if q["key"] == KEY)["guesses"])
         last = max(answered)
-        print(f"{ns.learners} learners, commits spread over {ns.window:g} s: first to last "
-              f"answered in {last - start:.2f} s (measured, wall)")
+        print(
+            f"{ns.learners} learners, commits spread over {ns.window:g} s: first to last "
+            f"answered in {last - start:.2f} s (measured, wall)"
+        )
         print(f"stored: {stored} of {ns.learners}  {'OK' if stored == ns.learners else 'LOST'}")
         lag = seen.get("stream", float("inf")) - last
-        print(f"event stream had every guess {lag * 1e3:.0f} ms after the last commit answered "
-              f"(goal <= {GOAL_S * 1e3:.0f} ms) {'OK' if lag <= GOAL_S else 'SLOW'}")
+        print(
+            f"event stream had every guess {lag * 1e3:.0f} ms after the last commit answered "
+            f"(goal <= {GOAL_S * 1e3:.0f} ms) {'OK' if lag <= GOAL_S else 'SLOW'}"
+        )
         if browser_s is not None:
             lag = browser_s - last
-            print(f"Chromium's page showed every guess {lag * 1e3:.0f} ms after the last commit "
-                  f"answered (goal <= {GOAL_S * 1e3:.0f} ms) {'OK' if lag <= GOAL_S else 'SLOW'}")
-        print(f"server CPU over the burst and the update: {cpu:.2f} s; memory: resident "
-              f"{mem['VmRSS']:.0f} MiB, peak {mem['VmHWM']:.0f} MiB")
+            print(
+                f"Chromium's page showed every guess {lag * 1e3:.0f} ms after the last commit "
+                f"answered (goal <= {GOAL_S * 1e3:.0f} ms) {'OK' if lag <= GOAL_S else 'SLOW'}"
+            )
+        print(
+            f"server CPU over the burst and the update: {cpu:.2f} s; memory: resident "
+            f"{mem['VmRSS']:.0f} MiB, peak {mem['VmHWM']:.0f} MiB"
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -132,8 +157,9 @@ def instructor_page(page_url: str):
         yield None
         return
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=chromium, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         try:
             page = browser.new_page()
             page.goto(page_url)

@@ -12,6 +12,7 @@ Timings (median of --repeats, wall clock on THIS machine, the warm pool already 
 On a 2-core machine 4 ranks are oversubscribed: these times measure this machine (the note
 printed below says so); the target is only that one bisection stays interactive (< 5 s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,15 +57,18 @@ def main() -> int:
     try:
         bisect(bug.buggy)  # warm-up: imports on the ranks, the groups' first use
         one = median_s(lambda: bisect(bug.buggy), ns.repeats)
-        plain = median_s(lambda: run(plain_step, bug.buggy.world_size, bug.buggy, quiet=True),
-                         ns.repeats)
+        plain = median_s(
+            lambda: run(plain_step, bug.buggy.world_size, bug.buggy, quiet=True), ns.repeats
+        )
         zoo = median_s(run_zoo, max(1, ns.repeats // 2))
     finally:
         pool.shutdown()
     print(oversubscription_note(bug.buggy.world_size, "gloo") or "")
-    rows = [(f"one bisection ({bug.name}, {bug.buggy.world_size} ranks)", one),
-            ("the plain step on the same ranks", plain),
-            (f"the whole zoo, {2 * len(BUGS)} cases in one launch", zoo)]
+    rows = [
+        (f"one bisection ({bug.name}, {bug.buggy.world_size} ranks)", one),
+        ("the plain step on the same ranks", plain),
+        (f"the whole zoo, {2 * len(BUGS)} cases in one launch", zoo),
+    ]
     for label, seconds in rows:
         print(f"{label:<45} {seconds:6.2f} s (measured, median)")
     ok = one < 5.0

@@ -8,6 +8,7 @@ labs 01-07 90 s, lab 08 120 s, lab 09 (MoE) 60 s, lab 10 120 s, lab 11 (producti
 lab 12 120 s. Also prints the full-mode time of each lab from the last `make test`
 (build/executed/full/timings/). Exit status 1 if a lab is over its limit or failed.
 """
+
 import argparse
 import json
 import os
@@ -28,8 +29,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--labs", nargs="*", help="lab numbers (default: all)")
     ns = parser.parse_args()
-    labs = sorted(p for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")
-                  if not ns.labs or p.name[:2] in ns.labs)
+    labs = sorted(
+        p
+        for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")
+        if not ns.labs or p.name[:2] in ns.labs
+    )
     out = ROOT / "build" / "executed" / "quick"
     out.mkdir(parents=True, exist_ok=True)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
@@ -42,7 +46,10 @@ def main() -> int:
             execute(path, out / path.name, quick=True)
             seconds, flag = time.perf_counter() - start, ""
         except Exception as exc:  # noqa: BLE001 - report every lab
-            seconds, flag = time.perf_counter() - start, f"  <-- FAILED: {str(exc).splitlines()[0][:60]}"
+            seconds, flag = (
+                time.perf_counter() - start,
+                f"  <-- FAILED: {str(exc).splitlines()[0][:60]}",
+            )
         if not flag and seconds > limit:
             flag = "  <-- OVER"
         full = FULL / f"{path.stem}.json"

@@ -17,6 +17,7 @@ Python: what the kernel counted for the agent and its ranks (/proc and getrusage
 Targets: warm <= 0.3 s and >= 8x faster than cold; %%ranks <= 0.3 s; 0 orphans, 10/10 crashes
 named, 90/90 results right; cold / bare-empty <= 1.15.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,7 +92,9 @@ def launch_cpu(nproc: int, forked: bool) -> float:
     """CPU of one cold launch (agent + ranks) with the pool's preload, as the kernel counted it."""
     with zygote_switch(forked):
         if forked:
-            run(trivial, nproc, cold=True, quiet=True, preload=pools.POOL_PRELOAD)  # the zygote is up
+            run(
+                trivial, nproc, cold=True, quiet=True, preload=pools.POOL_PRELOAD
+            )  # the zygote is up
             before = _tree_cpu(zygote._ZYGOTE.proc.pid)
         else:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -107,8 +110,11 @@ def cell_latency(nproc: int, repeats: int) -> list[float]:
     """%%ranks with one all-reduce in a real kernel: execute_request -> last rank's output."""
     from jupyter_client.manager import start_new_kernel
 
-    km, kc = start_new_kernel(kernel_name="python3", env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    km, kc = start_new_kernel(
+        kernel_name="python3", env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    )
     try:
+
         def execute(code: str) -> tuple[float, str]:
             start = time.perf_counter()
             msg_id = kc.execute(code)
@@ -126,7 +132,9 @@ def cell_latency(nproc: int, repeats: int) -> list[float]:
                     return last - start, out
 
         execute("%load_ext lab_utils")
-        cell = f"%%ranks -n {nproc}\nx = torch.ones(1) * ctx.rank\ndist.all_reduce(x)\nprint(x.item())"
+        cell = (
+            f"%%ranks -n {nproc}\nx = torch.ones(1) * ctx.rank\ndist.all_reduce(x)\nprint(x.item())"
+        )
         execute(cell)  # starts the pool
         samples = []
         for _ in range(repeats):
@@ -143,8 +151,13 @@ def worker_processes() -> int:
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     pool = pools.current()
     mine = set() if pool is None else {pool.agent.proc.pid, *pool.pids.values()}
-    return sum(1 for line in out.splitlines() if "lab_utils/runtime/worker.py" in line
-               and int(line.split()[0]) not in mine and os.getppid() != int(line.split()[0]))
+    return sum(
+        1
+        for line in out.splitlines()
+        if "lab_utils/runtime/worker.py" in line
+        and int(line.split()[0]) not in mine
+        and os.getppid() != int(line.split()[0])
+    )
 
 
 def crash_loop(nproc: int, n: int = 100) -> None:
@@ -160,8 +173,10 @@ def crash_loop(nproc: int, n: int = 100) -> None:
     pools.shutdown()
     time.sleep(1.0)
     orphans = worker_processes() - before
-    print(f"{n} pooled runs, a crash every 10th: {crashes}/{n // 10} crashes named, "
-          f"{right}/{n - n // 10} results right, {wrong} wrong, {max(orphans, 0)} orphans")
+    print(
+        f"{n} pooled runs, a crash every 10th: {crashes}/{n // 10} crashes named, "
+        f"{right}/{n - n // 10} results right, {wrong} wrong, {max(orphans, 0)} orphans"
+    )
 
 
 def main() -> None:
@@ -175,10 +190,22 @@ def main() -> None:
     open(empty, "w").close()
     with open(minimal, "w") as f:
         f.write(MINIMAL)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ns.nproc}"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ns.nproc}",
+    ]
 
     run(trivial, ns.nproc, quiet=True)  # starts the pool (and imports torch here)
-    samples: dict[str, list[float]] = {"bare-empty": [], "bare-init": [], "cold": [], "cold-exec": [], "warm": []}
+    samples: dict[str, list[float]] = {
+        "bare-empty": [],
+        "bare-init": [],
+        "cold": [],
+        "cold-exec": [],
+        "warm": [],
+    }
     for _ in range(ns.repeats):
         samples["bare-empty"].append(time_cmd(torchrun + [empty]))
         samples["bare-init"].append(time_cmd(torchrun + [minimal]))
@@ -190,19 +217,33 @@ def main() -> None:
         samples["%%ranks"] = cell_latency(ns.nproc, ns.repeats)
     med = {k: statistics.median(v) for k, v in samples.items()}
     load = os.getloadavg()[0]
-    print(f"{ns.nproc} ranks, median of {ns.repeats}, load average {load:.1f} on {os.cpu_count()} cores")
+    print(
+        f"{ns.nproc} ranks, median of {ns.repeats}, load average {load:.1f} on {os.cpu_count()} "
+        f"cores"
+    )
     for name, value in med.items():
-        print(f"  {name:11} {value:7.3f} s   (runs: {', '.join(f'{x:.3f}' for x in samples[name])})")
-    print(f"warm dispatch {med['warm']:.3f} s (target <= 0.3), cold / warm = {med['cold'] / med['warm']:.0f}x "
-          f"(target >= 8x)")
+        print(
+            f"  {name:11} {value:7.3f} s   (runs: {', '.join(f'{x:.3f}' for x in samples[name])})"
+        )
+    print(
+        f"warm dispatch {med['warm']:.3f} s (target <= 0.3), cold / warm = "
+        f"{med['cold'] / med['warm']:.0f}x "
+        f"(target >= 8x)"
+    )
     if "%%ranks" in med:
         print(f"%%ranks cell with one all-reduce: {med['%%ranks']:.3f} s (target <= 0.3)")
-    print(f"cold / bare-empty = {med['cold'] / med['bare-empty']:.2f} (target <= 1.15), "
-          f"cold / bare-init = {med['cold'] / med['bare-init']:.2f}")
-    cpu = {name: statistics.median(launch_cpu(ns.nproc, forked) for _ in range(ns.repeats))
-           for name, forked in (("zygote", True), ("new Python", False))}
-    print(f"CPU of one cold launch with torch._dynamo preloaded (agent + {ns.nproc} ranks, median): "
-          f"zygote {cpu['zygote']:.2f} s, new Python {cpu['new Python']:.2f} s")
+    print(
+        f"cold / bare-empty = {med['cold'] / med['bare-empty']:.2f} (target <= 1.15), "
+        f"cold / bare-init = {med['cold'] / med['bare-init']:.2f}"
+    )
+    cpu = {
+        name: statistics.median(launch_cpu(ns.nproc, forked) for _ in range(ns.repeats))
+        for name, forked in (("zygote", True), ("new Python", False))
+    }
+    print(
+        f"CPU of one cold launch with torch._dynamo preloaded (agent + {ns.nproc} ranks, median): "
+        f"zygote {cpu['zygote']:.2f} s, new Python {cpu['new Python']:.2f} s"
+    )
     note = oversubscription_note(ns.nproc, "gloo")
     if note:
         print(note)

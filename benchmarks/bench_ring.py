@@ -10,6 +10,7 @@ ring / gloo = t_gloo / t_ring. Both move 2(N-1)/N x D bytes per rank (checked by
 tests/test_collectives.py), so the ratio measures the implementation: Python-driven steps and
 one chunk in flight per step (ours) vs gloo's C++ ring. Exit code 1 when the goal is missed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,13 +57,17 @@ def main() -> int:
     size = int(args.mb * MB) // 4 * 4
     times = run(bench, args.ranks, size, max(5, args.reps), timeout_s=300, quiet=True)[0]
     note = oversubscription_note(args.ranks, "gloo")
-    print(f"all-reduce of {size / MB:.1f} MB float32 on {args.ranks} ranks (gloo, CPU), "
-          f"median of {len(times['gloo'])} rounds")
+    print(
+        f"all-reduce of {size / MB:.1f} MB float32 on {args.ranks} ranks (gloo, CPU), "
+        f"median of {len(times['gloo'])} rounds"
+    )
     med = {name: statistics.median(t) for name, t in times.items()}
     for name in IMPLS:
         algbw = alg_bandwidth(size, med[name])
-        print(f"  {name:5s} {med[name] * 1e3:8.1f} ms   algbw {algbw / 1e9:6.2f} GB/s   "
-              f"busbw {bus_bandwidth('all_reduce', args.ranks, algbw) / 1e9:6.2f} GB/s")
+        print(
+            f"  {name:5s} {med[name] * 1e3:8.1f} ms   algbw {algbw / 1e9:6.2f} GB/s   "
+            f"busbw {bus_bandwidth('all_reduce', args.ranks, algbw) / 1e9:6.2f} GB/s"
+        )
     ratio = med["gloo"] / med["ring"]
     verdict = "meets" if ratio >= GOAL else "MISSES"
     print(f"ring / gloo throughput = {ratio:.2f} ({verdict} the goal >= {GOAL})")

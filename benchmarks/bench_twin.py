@@ -10,6 +10,7 @@
    processes started here (and ended here by pid), must agree within 1%. The 1-minute load
    average is printed beside each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,17 +70,20 @@ def main() -> None:
     em = twin.emulate(ddp_steps, a.nproc, c, a.steps, **kw)
     wall_p = min(max(r[i] for r in plain) for i in range(a.steps))
     wall_e = min(max(r[i] for r in em.results) for i in range(a.steps))
-    print(f"1. DDP step of lab 04's model, {a.nproc} ranks, {os.cpu_count()} cores "
-          f"(load {load1():.1f}): wall per step plain {wall_p:.3f} s, emulated {wall_e:.3f} s "
-          f"(target <= 2 s); emulated step {1e3 * em.step_times()[-1]:.3f} ms on {c.name}")
+    print(
+        f"1. DDP step of lab 04's model, {a.nproc} ranks, {os.cpu_count()} cores "
+        f"(load {load1():.1f}): wall per step plain {wall_p:.3f} s, emulated {wall_e:.3f} s "
+        f"(target <= 2 s); emulated step {1e3 * em.step_times()[-1]:.3f} ms on {c.name}"
+    )
     n = 200
     tp = max(run(many_all_reduces, a.nproc, n, backend="gloo", **kw))
     te = max(twin.emulate(many_all_reduces, a.nproc, c, n, **kw).results)
-    print(f"2. one all-reduce (1 float, {a.nproc} ranks): plain {1e3 * tp / n:.2f} ms, "
-          f"emulated {1e3 * te / n:.2f} ms: {1e3 * (te - tp) / n:.2f} ms per emulated call")
+    print(
+        f"2. one all-reduce (1 float, {a.nproc} ranks): plain {1e3 * tp / n:.2f} ms, "
+        f"emulated {1e3 * te / n:.2f} ms: {1e3 * (te - tp) / n:.2f} ms per emulated call"
+    )
     quiet = em.step_times()
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(a.load)]
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.load)]
     try:
         time.sleep(5)
         la = load1()
@@ -89,10 +93,12 @@ def main() -> None:
             p.kill()
             p.wait()
     worst = max(abs(x / y - 1) for x, y in zip(loaded, quiet))
-    print(f"3. emulated step times (ms) as the machine was: {[round(1e3 * t, 4) for t in quiet]}"
-          f"; with {a.load} spinning processes (load {la:.1f}): "
-          f"{[round(1e3 * t, 4) for t in loaded]}; largest difference {100 * worst:.4f}% "
-          f"(target <= 1%)")
+    print(
+        f"3. emulated step times (ms) as the machine was: {[round(1e3 * t, 4) for t in quiet]}"
+        f"; with {a.load} spinning processes (load {la:.1f}): "
+        f"{[round(1e3 * t, 4) for t in loaded]}; largest difference {100 * worst:.4f}% "
+        f"(target <= 1%)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ forked from it (runtime/engine/zygote.py). What is reaped after the last test (a
 exit) is one more line, id "(worker exit)". On 2 cores the whole suite cannot
 take less wall time than its total CPU time / 2: that is the floor that worker packing cannot beat.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -21,7 +22,10 @@ import pytest
 
 
 def _cpu() -> tuple[float, float]:
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
@@ -41,7 +45,14 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     own2, kids2 = _cpu()
     _last.update(own=own2, children=kids2, end=time.monotonic(), id=item.nodeid)
-    _write({"id": item.nodeid, "wall": time.monotonic() - start, "own": own2 - own, "children": kids2 - kids})
+    _write(
+        {
+            "id": item.nodeid,
+            "wall": time.monotonic() - start,
+            "own": own2 - own,
+            "children": kids2 - kids,
+        }
+    )
 
 
 @atexit.register  # registered before lab_utils is imported, so it runs after its exit handlers
@@ -49,5 +60,11 @@ def _worker_exit() -> None:
     if not _last.get("id", "").startswith("tests/"):  # the xdist controller, or an inner nbval run
         return
     own, kids = _cpu()
-    _write({"id": "(worker exit)", "wall": time.monotonic() - _last["end"], "own": own - _last["own"],
-            "children": kids - _last["children"]})
+    _write(
+        {
+            "id": "(worker exit)",
+            "wall": time.monotonic() - _last["end"],
+            "own": own - _last["own"],
+            "children": kids - _last["children"],
+        }
+    )

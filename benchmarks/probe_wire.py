@@ -9,6 +9,7 @@ largest |wire / formula - 1| over the ranks the formula says send something. The
 per-message framing (send/recv of 4 B .. 4 MB) and the cost of entering + exiting a WireMeter.
 Not a pass/fail benchmark: tests/test_measure_wire.py pins the same numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from lab_utils import run
-from lab_utils.experiments.lab03 import wire_per_collective
 from lab_utils.calc import ring_bytes_per_rank
+from lab_utils.experiments.lab03 import wire_per_collective
 from lab_utils.measure import GLOO_HEADER_BYTES, WireMeter
 from lab_utils.runtime.launch import oversubscription_note
 from lab_utils.viz import show_table
@@ -58,8 +59,12 @@ def framing_and_cost(ctx, sizes: list[int], reps: int = 200) -> dict:
         t0 = time.perf_counter()
         wire.sent_to
         later.append(time.perf_counter() - t0)
-    return {"framing": framing, "enter_exit_s": statistics.median(times),
-            "first_sent_to_s": first, "sent_to_s": statistics.median(later)}
+    return {
+        "framing": framing,
+        "enter_exit_s": statistics.median(times),
+        "first_sent_to_s": first,
+        "sent_to_s": statistics.median(later),
+    }
 
 
 def mb(values: list[float]) -> str:
@@ -74,34 +79,65 @@ def main() -> None:
     numel = int(args.mb * 1e6) // 4 // 24 * 24  # divisible by 2, 3, 4, 6, 8
     rows = []
     for n in args.ranks:
-        per_rank = run(wire_per_collective, n, numel, timeout_s=300, quiet=True,
-                       preload=("torch._dynamo",))  # CommLedger's first call imports it
+        per_rank = run(
+            wire_per_collective, n, numel, timeout_s=300, quiet=True, preload=("torch._dynamo",)
+        )  # CommLedger's first call imports it
         for i, sample in enumerate(per_rank[0]):
             samples = [per_rank[r][i] for r in range(n)]
             dev = max((abs(s.wire / s.formula - 1) for s in samples if s.formula), default=None)
-            rows.append({"collective": sample.op, "N": n,
-                         "formula per rank": mb([s.formula for s in samples]),
-                         "ledger per rank": mb([s.ledger for s in samples]),
-                         "wire per rank": mb([s.wire for s in samples]),
-                         "max |wire/formula - 1|": dev})
-    show_table(rows, title=f"bytes each rank sent, float32 tensor of D = {4 * numel / 1e6:.3f} MB "
-               "(gloo, torch " + torch.__version__ + ")", units={"formula per rank": "MB",
-               "ledger per rank": "MB", "wire per rank": "MB"}, fmt={"max |wire/formula - 1|": "{:.3%}"})
+            rows.append(
+                {
+                    "collective": sample.op,
+                    "N": n,
+                    "formula per rank": mb([s.formula for s in samples]),
+                    "ledger per rank": mb([s.ledger for s in samples]),
+                    "wire per rank": mb([s.wire for s in samples]),
+                    "max |wire/formula - 1|": dev,
+                }
+            )
+    show_table(
+        rows,
+        title=f"bytes each rank sent, float32 tensor of D = {4 * numel / 1e6:.3f} MB "
+        "(gloo, torch " + torch.__version__ + ")",
+        units={"formula per rank": "MB", "ledger per rank": "MB", "wire per rank": "MB"},
+        fmt={"max |wire/formula - 1|": "{:.3%}"},
+    )
     sizes = [4, 4096, 4 << 20]
     res = run(framing_and_cost, 2, sizes, timeout_s=300, quiet=True)
     rows = []
     for size in sizes:
         (send, ar), (recv, _) = res[0]["framing"][size], res[1]["framing"][size]
         formula = ring_bytes_per_rank("all_reduce", 2, size)
-        rows.append({"D": size, "send: sender": send, "- D": send - size, "receiver": recv,
-                     "all_reduce": ar, "- formula": ar - formula,
-                     "headers": (ar - formula) // GLOO_HEADER_BYTES})
-    show_table(rows, title=f"gloo framing, 2 ranks: {GLOO_HEADER_BYTES}-byte header per message "
-               "(wire bytes rank 0 sent; the receiver's are 'ready' messages)", units={"D": "B"})
-    show_table([{"rank": r, "enter + exit": 1e6 * o["enter_exit_s"],
-                 "first sent_to": 1e6 * o["first_sent_to_s"], "sent_to": 1e6 * o["sent_to_s"]}
-                for r, o in enumerate(res)], title="WireMeter cost (median; first: store reads)",
-               units={"enter + exit": "us", "first sent_to": "us", "sent_to": "us"})
+        rows.append(
+            {
+                "D": size,
+                "send: sender": send,
+                "- D": send - size,
+                "receiver": recv,
+                "all_reduce": ar,
+                "- formula": ar - formula,
+                "headers": (ar - formula) // GLOO_HEADER_BYTES,
+            }
+        )
+    show_table(
+        rows,
+        title=f"gloo framing, 2 ranks: {GLOO_HEADER_BYTES}-byte header per message "
+        "(wire bytes rank 0 sent; the receiver's are 'ready' messages)",
+        units={"D": "B"},
+    )
+    show_table(
+        [
+            {
+                "rank": r,
+                "enter + exit": 1e6 * o["enter_exit_s"],
+                "first sent_to": 1e6 * o["first_sent_to_s"],
+                "sent_to": 1e6 * o["sent_to_s"],
+            }
+            for r, o in enumerate(res)
+        ],
+        title="WireMeter cost (median; first: store reads)",
+        units={"enter + exit": "us", "first sent_to": "us", "sent_to": "us"},
+    )
     note = oversubscription_note(2, "gloo")
     if note:
         print(note)

@@ -1,4 +1,5 @@
 """Shared by bench_ci.py and soak.py: which tests launch ranks, and reading JUnit XML reports."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # A test file that starts ranks: lab_utils.run / ranks / check (exercises), mp.spawn, torchrun.
-_LAUNCHES = re.compile(r"\brun\(|\branks\(|\bcheck\(|mp\.spawn|get_context\(.spawn.\)|torchrun|torch\.distributed\.run|rank_checks")
+_LAUNCHES = re.compile(
+    r"\brun\(|\branks\(|\bcheck\(|mp\.spawn|get_context\(.spawn.\)|torchrun|torch\.distributed\.run|rank_checks"
+)
 
 
 def test_files() -> tuple[list[str], list[str]]:
@@ -41,5 +44,7 @@ def read_junit(path: Path) -> list[Case]:
         if problem is not None:
             text = (problem.get("message") or problem.text or "").strip()
             message = next((line for line in text.splitlines() if line.strip()), "")[:160]
-        cases.append(Case(f"{classname}::{name}", float(tc.get("time", 0)), problem is not None, message))
+        cases.append(
+            Case(f"{classname}::{name}", float(tc.get("time", 0)), problem is not None, message)
+        )
     return cases

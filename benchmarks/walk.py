@@ -24,6 +24,7 @@ and names:
 Writes build/walk/<lab>.json (cells, seconds per cell, findings), a screenshot of the end of each
 lab, and prints a table. Exit status 1 when anything was found.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,11 +54,12 @@ OUT = ROOT / "build" / "walk"
 ACTION_TIMEOUT_MS = 60_000  # a click or a key press (a cell's run has no limit but the walk's own)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-SETTINGS = {**LAB_SETTINGS,
-            # every cell stays in the DOM (no windowing), so each cell's output can be read
-            "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
-            "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                            "checkForUpdates": False}}
+SETTINGS = {
+    **LAB_SETTINGS,
+    # every cell stays in the DOM (no windowing), so each cell's output can be read
+    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False},
+}
 
 # Runs cell i and watches its outputs meanwhile: did a live status line ("... ranks running")
 # show while it ran? Returns [kind, milliseconds, seen].
@@ -111,8 +113,11 @@ def _die_with_walk() -> None:
 def start_jupyter(home: Path) -> tuple[subprocess.Popen, str]:
     """JupyterLab on a copy of labs/, with a token, on a free port; returns (process, base url
     with the token as a query string)."""
-    shutil.copytree(ROOT / "labs", home / "labs",
-                    ignore=shutil.ignore_patterns("kernel-*", ".ipynb_checkpoints"))
+    shutil.copytree(
+        ROOT / "labs",
+        home / "labs",
+        ignore=shutil.ignore_patterns("kernel-*", ".ipynb_checkpoints"),
+    )
     for plugin, values in SETTINGS.items():
         folder, name = plugin.split(":")
         (home / "settings" / folder).mkdir(parents=True, exist_ok=True)
@@ -121,19 +126,36 @@ def start_jupyter(home: Path) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = uuid.uuid4().hex
-    env = dict(os.environ, LAB_QUICK="0", JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               JUPYTER_CONFIG_DIR=str(home / "config"),
-               JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-               LAB_PREDICTIONS=str(home / "predictions.json"),
-               LAB_CARDS_PROGRESS=str(home / "cards.json"))
+    env = dict(
+        os.environ,
+        LAB_QUICK="0",
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        LAB_PREDICTIONS=str(home / "predictions.json"),
+        LAB_CARDS_PROGRESS=str(home / "cards.json"),
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={home / 'labs'}", "--LabApp.expose_app_in_browser=True",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        env=env, stdout=open(home / "jupyter.log", "w"), stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=_die_with_walk)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={home / 'labs'}",
+            "--LabApp.expose_app_in_browser=True",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        env=env,
+        stdout=open(home / "jupyter.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_walk,
+    )
     base = f"http://127.0.0.1:{port}"
     for _ in range(240):
         try:
@@ -169,8 +191,10 @@ def commit_predictions(cell, expected: int) -> list[str]:
             label.click()
             open_box.locator("button:text-is('Commit')").click()
         before = len(committed)
-        while (cell.locator(".lab-prediction-committed").count() < before
-               and time.time() < deadline + 30):
+        while (
+            cell.locator(".lab-prediction-committed").count() < before
+            and time.time() < deadline + 30
+        ):
             time.sleep(0.2)
     return committed
 
@@ -192,9 +216,11 @@ def wrong_version(page, source: str) -> list[str]:
     scratch cell (then deleted) as a learner's first wrong try; what its message gets wrong."""
     found = []
     for name in sorted({a or b for a, b in EXERCISE.findall(source)}):
-        code = ("from lab_utils.exercises import check as _check, get as _get\n"
-                f"_what, _fn = next(iter(_get({name!r}).wrong.items()))\n"
-                f"print('a wrong version:', _what)\n_check({name!r}, _fn);")
+        code = (
+            "from lab_utils.exercises import check as _check, get as _get\n"
+            f"_what, _fn = next(iter(_get({name!r}).wrong.items()))\n"
+            f"print('a wrong version:', _what)\n_check({name!r}, _fn);"
+        )
         text = page.evaluate(WRONG_VERSION, code)
         if "[NOT YET]" not in text:
             found.append(f"{name}: its first wrong version was not rejected: {text[-200:]!r}")
@@ -212,8 +238,10 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
     page.goto(f"{base}/lab/workspaces/{uuid.uuid4().hex[:12]}/tree/{name}?token={token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget")
     n = page.evaluate(OPEN, name)
-    sources = [c.source if c.cell_type == "code" else ""
-               for c in nbformat.read(home / "labs" / name, as_version=4).cells]
+    sources = [
+        c.source if c.cell_type == "code" else ""
+        for c in nbformat.read(home / "labs" / name, as_version=4).cells
+    ]
     asks = [src.count("predict(") for src in sources]
     cells, found, start = page.locator(".jp-Notebook .jp-Cell"), [], time.perf_counter()
     seconds, silent = [], []  # silent: long cells with no live line (a note, not a finding)
@@ -227,8 +255,10 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
             if EXERCISE.search(sources[i]):
                 found += [f"cell {i}: {p}" for p in wrong_version(page, sources[i])]
         except Exception as exc:  # noqa: BLE001 - a cell that never finishes is a finding too
-            found.append(f"cell {i}: the walk stopped here: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0][:200]}")
+            found.append(
+                f"cell {i}: the walk stopped here: {type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200]}"
+            )
             break
         seconds.append(round(time.perf_counter() - t0, 1))
         found += [f"cell {i}: {p}" for p in page.evaluate(PAGE_PROBLEMS, i)]
@@ -241,15 +271,26 @@ def walk_lab(context, base_token: str, home: Path, name: str) -> dict:
     page.close()
     sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}"))
     for s in sessions:  # this lab's kernel (and its ranks) end before the next lab starts
-        urllib.request.urlopen(urllib.request.Request(
-            f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE"))
+        urllib.request.urlopen(
+            urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
+        )
     saved = nbformat.read(home / "labs" / name, as_version=4)
-    found += [f"cell {i}: {p}" for i, c in enumerate(saved.cells) for check in CELL_CHECKS
-              for p in check(c)]
-    report = {"lab": name, "cells": n, "walked": len(seconds),
-              "seconds": round(time.perf_counter() - start, 1), "seconds_per_cell": seconds,
-              "slowest": sorted(enumerate(seconds), key=lambda x: -x[1])[:3], "findings": found,
-              "silent_long_cells": silent}
+    found += [
+        f"cell {i}: {p}"
+        for i, c in enumerate(saved.cells)
+        for check in CELL_CHECKS
+        for p in check(c)
+    ]
+    report = {
+        "lab": name,
+        "cells": n,
+        "walked": len(seconds),
+        "seconds": round(time.perf_counter() - start, 1),
+        "seconds_per_cell": seconds,
+        "slowest": sorted(enumerate(seconds), key=lambda x: -x[1])[:3],
+        "findings": found,
+        "silent_long_cells": silent,
+    }
     (OUT / f"{Path(name).stem}.json").write_text(json.dumps(report, indent=1))
     return report
 
@@ -260,8 +301,12 @@ def main() -> int:
     parser.add_argument("--headed", action="store_true")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
-    names = sorted(p.name for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")
-                   if not args.labs or p.name[:2] in args.labs)
+
+    names = sorted(
+        p.name
+        for p in (ROOT / "labs").glob("[0-9][0-9]_*.ipynb")
+        if not args.labs or p.name[:2] in args.labs
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still cleans up (finally)
     home = Path(tempfile.mkdtemp(prefix="lab_walk_"))
     proc, base_token = start_jupyter(home)
@@ -269,13 +314,20 @@ def main() -> int:
     try:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(
-                str(home / "chromium"), executable_path=CHROMIUM, headless=not args.headed,
-                args=FLAGS, viewport={"width": 1280, "height": 800})
+                str(home / "chromium"),
+                executable_path=CHROMIUM,
+                headless=not args.headed,
+                args=FLAGS,
+                viewport={"width": 1280, "height": 800},
+            )
             for name in names:
                 r = walk_lab(context, base_token, home, name)
                 status |= bool(r["findings"])
-                print(f"{name}: {r['walked']}/{r['cells']} cells in {r['seconds']:.0f} s, "
-                      f"slowest {r['slowest']}, {len(r['findings'])} finding(s)", flush=True)
+                print(
+                    f"{name}: {r['walked']}/{r['cells']} cells in {r['seconds']:.0f} s, "
+                    f"slowest {r['slowest']}, {len(r['findings'])} finding(s)",
+                    flush=True,
+                )
                 for f in r["findings"]:
                     print(f"    {f}", flush=True)
                 for note in r["silent_long_cells"]:

@@ -10,6 +10,7 @@ Main entry points:
     Ctx                                   what each rank's fn receives
     %load_ext lab_utils                   the %%ranks cell magic (a cell on every rank)
 """
+
 from lab_utils.runtime.launch import RankFailure, RankTimeout, RunResults, ranks, run
 
 __all__ = ["run", "ranks", "Ctx", "RunResults", "RankFailure", "RankTimeout"]

@@ -1,4 +1,5 @@
 """`python -m lab_utils ...`: see lab_utils/cli.py."""
+
 import sys
 
 from lab_utils.cli import main

@@ -8,14 +8,17 @@
     python -m lab_utils zoo [BUG ...] [--details]                 the bug zoo under the bisector
     python -m lab_utils bisect BUG [--fixed]                      bisect one zoo bug (or its fix)
     python -m lab_utils bisect package.module:make_case           bisect your own Case
-    python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4 ranks here
+    python -m lab_utils run lab_utils.experiments.lab00:hello --nproc 4    run a function on 4
+    ranks here
     python -m lab_utils run MOD:FN --nproc 8 --nnodes 2 --rdzv-endpoint node0:29500 --print-command
                                                                   the same experiment on a cluster:
-                                                                  prints torchrun and sbatch commands
+                                                                  prints torchrun and sbatch
+                                                                  commands
 
 Bad input (a module or function that does not exist, a bad rank count) prints one readable
 line and exits with status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,42 +43,79 @@ def resolve_target(target: str) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise UsageError(f"cannot import module {module_name!r} ({exc}); is it on PYTHONPATH? "
-                         "run from the repository root or `pip install -e .`") from None
+        raise UsageError(
+            f"cannot import module {module_name!r} ({exc}); is it on PYTHONPATH? "
+            "run from the repository root or `pip install -e .`"
+        ) from None
     fn = getattr(module, fn_name, None)
     if fn is None:
-        public = sorted(n for n, v in vars(module).items()
-                        if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_"))
-        raise UsageError(f"module {module_name!r} has no function {fn_name!r}; it has: {', '.join(public)}")
+        public = sorted(
+            n
+            for n, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
+        )
+        raise UsageError(
+            f"module {module_name!r} has no function {fn_name!r}; it has: {', '.join(public)}"
+        )
     if not callable(fn):
         raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
     return fn
 
 
-def torchrun_cluster_command(target: str, nproc: int, nnodes: int, endpoint: str, backend: str,
-                             timeout_s: float, job_id: str = "lab") -> list[str]:
+def torchrun_cluster_command(
+    target: str,
+    nproc: int,
+    nnodes: int,
+    endpoint: str,
+    backend: str,
+    timeout_s: float,
+    job_id: str = "lab",
+) -> list[str]:
     """The multi-node torchrun command: run the same line on every node."""
-    return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}", "-m", "lab_utils.runtime.worker",
-            "--target", target, "--backend", backend, "--timeout", f"{timeout_s:g}"]
+    return [
+        "torchrun",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={job_id}",
+        "-m",
+        "lab_utils.runtime.worker",
+        "--target",
+        target,
+        "--backend",
+        backend,
+        "--timeout",
+        f"{timeout_s:g}",
+    ]
 
 
 def sbatch_script(target: str, nproc: int, nnodes: int, backend: str, timeout_s: float) -> str:
     """A Slurm batch script: one torchrun per node, rendezvous on the first node."""
-    cmd = torchrun_cluster_command(target, nproc, nnodes, "$head:29500", backend, timeout_s, "$SLURM_JOB_ID")
+    cmd = torchrun_cluster_command(
+        target, nproc, nnodes, "$head:29500", backend, timeout_s, "$SLURM_JOB_ID"
+    )
     cmd[1] = "--nnodes=$SLURM_NNODES"
-    return "\n".join([
-        "#!/bin/bash",
-        "#SBATCH --job-name=dist-lab",
-        f"#SBATCH --nodes={nnodes}",
-        "#SBATCH --ntasks-per-node=1          # one torchrun agent per node; it starts the ranks",
-        f"#SBATCH --gpus-per-node={nproc}" if backend != "gloo" else f"#SBATCH --cpus-per-task={max(2, nproc)}",
-        "#SBATCH --time=00:30:00",
-        "set -euo pipefail",
-        'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "source .venv/bin/activate            # the course environment, on a shared filesystem",
-        "srun " + " ".join(c if c.startswith("--rdzv-endpoint") or "$" in c else shlex.quote(c) for c in cmd),
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "#SBATCH --job-name=dist-lab",
+            f"#SBATCH --nodes={nnodes}",
+            "#SBATCH --ntasks-per-node=1          # one torchrun agent per node; it starts the "
+            "ranks",
+            f"#SBATCH --gpus-per-node={nproc}"
+            if backend != "gloo"
+            else f"#SBATCH --cpus-per-task={max(2, nproc)}",
+            "#SBATCH --time=00:30:00",
+            "set -euo pipefail",
+            'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            "source .venv/bin/activate            # the course environment, on a shared filesystem",
+            "srun "
+            + " ".join(
+                c if c.startswith("--rdzv-endpoint") or "$" in c else shlex.quote(c) for c in cmd
+            ),
+        ]
+    )
 
 
 def _cmd_run(ns: argparse.Namespace) -> int:
@@ -87,12 +127,20 @@ def _cmd_run(ns: argparse.Namespace) -> int:
         backend = "nccl" if ns.backend == "auto" else ns.backend
         endpoint = ns.rdzv_endpoint or "HEAD_NODE:29500"
         print("# Run this same command on every node (node order does not matter):")
-        print(shlex.join(torchrun_cluster_command(ns.target, ns.nproc, ns.nnodes, endpoint, backend, ns.timeout)))
+        print(
+            shlex.join(
+                torchrun_cluster_command(
+                    ns.target, ns.nproc, ns.nnodes, endpoint, backend, ns.timeout
+                )
+            )
+        )
         print("\n# Or submit with Slurm (sbatch job.sh):")
         print(sbatch_script(ns.target, ns.nproc, ns.nnodes, backend, ns.timeout))
         return 0
     if ns.nnodes != 1:
-        raise UsageError("running here is single-node; add --print-command for the multi-node commands")
+        raise UsageError(
+            "running here is single-node; add --print-command for the multi-node commands"
+        )
     fn = resolve_target(ns.target)
     from lab_utils.runtime.launch import RankFailure, run
 
@@ -130,8 +178,10 @@ def _cmd_class(ns: argparse.Namespace) -> int:
     except sqlite3.Error as exc:
         raise UsageError(f"--db {ns.db}: not a usable SQLite file ({exc})") from None
     except OSError as exc:  # the address is taken, or not one of this machine's
-        raise UsageError(f"cannot listen on --host {ns.host} --port {ns.port}: {exc.strerror}"
-                         " (pick another --port)") from None
+        raise UsageError(
+            f"cannot listen on --host {ns.host} --port {ns.port}: {exc.strerror}"
+            " (pick another --port)"
+        ) from None
     return 0
 
 
@@ -155,34 +205,46 @@ def _cmd_bisect(ns: argparse.Namespace) -> int:
     if ":" in ns.bug:  # package.module:function returning a Case: your own configuration
         case = resolve_target(ns.bug)()
         if not isinstance(case, Case):
-            raise UsageError(f"{ns.bug} returned a {type(case).__name__}, not a "
-                             "lab_utils.correctness.Case")
+            raise UsageError(
+                f"{ns.bug} returned a {type(case).__name__}, not a lab_utils.correctness.Case"
+            )
     elif ns.bug in known:
         case = known[ns.bug].fixed if ns.fixed else known[ns.bug].buggy
     else:
-        raise UsageError(f"no bug named {ns.bug!r}; the zoo has: {', '.join(known)} "
-                         "(or give package.module:function returning a Case)")
+        raise UsageError(
+            f"no bug named {ns.bug!r}; the zoo has: {', '.join(known)} "
+            "(or give package.module:function returning a Case)"
+        )
     report = bisect(case)
     print(report)
     return 0 if report.verdict == "clean" else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lab_utils", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m lab_utils", description=__doc__.split("\n\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run_p = sub.add_parser("run", help="run module:function on N ranks (or print cluster commands)")
     run_p.add_argument("target", help="package.module:function taking (ctx)")
     run_p.add_argument("--nproc", type=int, default=2, help="ranks per node (default 2)")
     run_p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto")
-    run_p.add_argument("--timeout", type=float, default=120.0, help="seconds before stuck ranks are stopped")
-    run_p.add_argument("--print-command", action="store_true", help="print torchrun / sbatch commands instead")
+    run_p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds before stuck ranks are stopped"
+    )
+    run_p.add_argument(
+        "--print-command", action="store_true", help="print torchrun / sbatch commands instead"
+    )
     run_p.add_argument("--nnodes", type=int, default=1, help="nodes (with --print-command)")
-    run_p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the first node (with --print-command)")
+    run_p.add_argument(
+        "--rdzv-endpoint", default=None, help="HOST:PORT of the first node (with --print-command)"
+    )
     run_p.set_defaults(func=_cmd_run)
 
-    cards_p = sub.add_parser("cards", help="flashcard quiz in the terminal (--help for options)",
-                             add_help=False)
+    cards_p = sub.add_parser(
+        "cards", help="flashcard quiz in the terminal (--help for options)", add_help=False
+    )
     cards_p.add_argument("rest", nargs=argparse.REMAINDER)
     cards_p.set_defaults(func=_cmd_cards)
 
@@ -203,8 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     zoo_p.set_defaults(func=_cmd_zoo)
 
     bisect_p = sub.add_parser("bisect", help="bisect one zoo bug: the first op that is wrong")
-    bisect_p.add_argument("bug", help="a bug of the zoo (`zoo` lists them), or "
-                          "package.module:function returning a lab_utils.correctness.Case")
+    bisect_p.add_argument(
+        "bug",
+        help="a bug of the zoo (`zoo` lists them), or "
+        "package.module:function returning a lab_utils.correctness.Case",
+    )
     bisect_p.add_argument("--fixed", action="store_true", help="its fixed version instead")
     bisect_p.set_defaults(func=_cmd_bisect)
 
@@ -217,7 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["cards"]:  # the quiz parses its own options (argparse REMAINDER rejects "--lab" first)
+    if argv[:1] == [
+        "cards"
+    ]:  # the quiz parses its own options (argparse REMAINDER rejects "--lab" first)
         return _cmd_cards(argparse.Namespace(rest=argv[1:]))
     parser = build_parser()
     ns = parser.parse_args(argv)  # argparse itself exits 2 on malformed options

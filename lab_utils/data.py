@@ -5,6 +5,7 @@ each rank can regenerate the same GLOBAL batches and keep only its shard (`shard
 That is what lets a data-parallel run be compared step by step with one process training on the
 whole global batch.
 """
+
 from __future__ import annotations
 
 import torch

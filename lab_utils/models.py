@@ -8,6 +8,7 @@ work; `split_stages` cuts the GPT into pipeline stages whose composition IS the 
 Same seed -> same weights on every rank: every parameter is filled from a local torch.Generator,
 and the global RNG is left as it was (fork_rng restores it after nn.Linear's default init).
 """
+
 from __future__ import annotations
 
 import math

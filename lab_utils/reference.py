@@ -9,6 +9,7 @@ into small named pieces so that parallel code can reuse them and insert its comm
     ... all-reduce / reduce-scatter the grads ...
     optimizer.step()
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence

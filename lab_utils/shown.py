@@ -6,6 +6,7 @@ show it a second time through IPython's display hook; a returned prediction woul
 second, stale box ("not committed yet") under the live one. A ``ShownOnce`` that was displayed
 (``show()``) is not displayed again as a cell's value.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,6 +35,7 @@ class ShownOnce:
     def show(self, display_id: bool = False) -> Any:
         """Display this object now (once); the display handle when ``display_id`` is set."""
         from IPython.display import display
+
         self._shown = True
         return display(self._bundle(), raw=True, display_id=display_id or None)
 

@@ -16,6 +16,7 @@ Vocabulary: an *axis* is a direction of the rank grid ("pp", "dp", "tp"); a tens
 The pure helpers need no process group (unit-testable); build_groups / build_mesh need one.
 Nothing is stored globally: pass the returned groups or mesh to the code that needs them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

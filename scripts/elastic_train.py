@@ -9,6 +9,7 @@ worker, stops the others, starts a new group of 4 (attempt 1), which resumes fro
 checkpoint and finishes. Every rank logs its events to --log-dir as they happen.
 The training itself is lab_utils.experiments.lab11.elastic.elastic_train.
 """
+
 import time
 
 STARTED_AT = time.time()  # before any import: a restart's cost includes importing torch

@@ -7,6 +7,7 @@
 torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each process;
 init_process_group reads them (env://). Each rank prints one JSON line (what lab 00 parses).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,23 @@ def main() -> None:
 
     x = torch.tensor([float(rank + 1)], device=device)  # the work: rank r holds r + 1
     dist.all_reduce(x)  # SUM over every rank of every node
-    print(json.dumps({"RANK": rank, "LOCAL_RANK": local_rank, "WORLD_SIZE": world,
-                      "node": int(os.environ["GROUP_RANK"]), "pid": os.getpid(), "sum": x.item(),
-                      "backend": dist.get_backend(), "pg_timeout_s": pg_timeout_s(device)}) + "\n",
-          end="", flush=True)  # one write, so under PYTHONUNBUFFERED another rank cannot split the line
+    print(
+        json.dumps(
+            {
+                "RANK": rank,
+                "LOCAL_RANK": local_rank,
+                "WORLD_SIZE": world,
+                "node": int(os.environ["GROUP_RANK"]),
+                "pid": os.getpid(),
+                "sum": x.item(),
+                "backend": dist.get_backend(),
+                "pg_timeout_s": pg_timeout_s(device),
+            }
+        )
+        + "\n",
+        end="",
+        flush=True,
+    )  # one write, so under PYTHONUNBUFFERED another rank cannot split the line
     dist.destroy_process_group()  # tear the communicators down before exiting
 
 

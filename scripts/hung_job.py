@@ -9,6 +9,7 @@ rank writes its pid, registers faulthandler on SIGUSR1 and runs a watchdog that 
 collective flight recorder to DIR/fr_rank_<r> once it has made no progress for a second.
 The job never ends by itself: kill it. Its body is lab_utils.experiments.lab11.faults.hung_job.
 """
+
 import argparse
 import os
 import sys
@@ -24,7 +25,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--watchdog", type=float, default=1.0)
     args = parser.parse_args()
-    with distributed("gloo", timeout_s=600.0) as ctx:   # long: we end it, not the timeout
+    with distributed("gloo", timeout_s=600.0) as ctx:  # long: we end it, not the timeout
         hung_job(ctx, args.out, watchdog_s=args.watchdog)
 
 

@@ -12,6 +12,7 @@ different shard per rank, set_epoch every epoch) -> train -> save a distributed 
 Self-contained (torch only), so you can copy it. Writes <out>/checkpoint/ (the DCP files) and,
 on rank 0, <out>/results.json (the losses and the checkpoint check: what the lab and tests read).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("ddp_run"), help="checkpoint/ and results.json")
     args = p.parse_args()
 
-    use_cuda = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])  # NCCL: a GPU per process
+    use_cuda = torch.cuda.device_count() >= int(
+        os.environ["LOCAL_WORLD_SIZE"]
+    )  # NCCL: a GPU per process
     dist.init_process_group("nccl" if use_cuda else "gloo")  # env:// from torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])  # this process's GPU on its node
@@ -63,8 +66,9 @@ def main() -> None:
     data = make_dataset()
     # drop_last=True here drops the tail so every rank gets the same number of samples: equal
     # step counts, so no rank waits in an all-reduce the others never call
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0,
-                                 drop_last=True)
+    sampler = DistributedSampler(
+        data, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True
+    )
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
 
     losses, step, epoch = [], 0, 0
@@ -94,17 +98,23 @@ def main() -> None:
     f_model_sd, f_optim_sd = get_state_dict(fresh, fresh_opt)
     state = {"model": f_model_sd, "optim": f_optim_sd}
     dcp.load(state, checkpoint_id=checkpoint)
-    set_state_dict(fresh, fresh_opt, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+    set_state_dict(
+        fresh, fresh_opt, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
     same = all(torch.equal(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
     same_t = torch.tensor([float(same)], device=device)
     dist.all_reduce(same_t, op=dist.ReduceOp.MIN)  # every rank's copy must match
 
     if rank == 0:
-        print(f"{world} ranks, {args.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
-              f"checkpoint {checkpoint} reloaded {'identically' if same_t.item() else 'WRONG'}")
-        (args.out / "results.json").write_text(json.dumps(
-            {"world_size": world, "losses": losses, "checkpoint_reloaded": bool(same_t.item())}))
+        print(
+            f"{world} ranks, {args.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}; "
+            f"checkpoint {checkpoint} reloaded {'identically' if same_t.item() else 'WRONG'}"
+        )
+        (args.out / "results.json").write_text(
+            json.dumps(
+                {"world_size": world, "losses": losses, "checkpoint_reloaded": bool(same_t.item())}
+            )
+        )
     dist.destroy_process_group()
 
 

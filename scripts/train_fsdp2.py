@@ -14,6 +14,7 @@
 
 Writes <out>/checkpoint/ (the DCP files) and, on rank 0, <out>/results.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,11 @@ def dataset(n: int = 256, seed: int = 0) -> TensorDataset:
 
 def build_model(device: torch.device, bf16: bool) -> torch.nn.Module:
     model = TinyGPT(CFG, seed=0).to(device)  # the same weights on every rank
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 \
+    mp = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if bf16
         else MixedPrecisionPolicy()
+    )
     for block in model.blocks:
         fully_shard(block, mp_policy=mp)  # one unit per block: gathered, freed, reduced together
     fully_shard(model, mp_policy=mp)  # the root: embeddings, final norm, head
@@ -66,7 +70,9 @@ def build_model(device: torch.device, bf16: bool) -> torch.nn.Module:
 
 def main() -> None:
     args = parse()
-    one_gpu_each = torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"])  # NCCL: a GPU per process
+    one_gpu_each = torch.cuda.device_count() >= int(
+        os.environ["LOCAL_WORLD_SIZE"]
+    )  # NCCL: a GPU per process
     backend = "nccl" if one_gpu_each else "gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -76,8 +82,9 @@ def main() -> None:
         torch.cuda.set_device(device)
 
     data = dataset()
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0,
-                                 drop_last=True)  # equal step counts on every rank
+    sampler = DistributedSampler(
+        data, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True
+    )  # equal step counts on every rank
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
     model = build_model(device, args.bf16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # over this rank's shards
@@ -107,8 +114,9 @@ def main() -> None:
     fresh_model_state, fresh_optim_state = get_state_dict(fresh, fresh_optimizer)
     state = {"model": fresh_model_state, "optim": fresh_optim_state}
     dcp.load(state, checkpoint_id=str(checkpoint))  # each rank reads its own shards
-    set_state_dict(fresh, fresh_optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+    set_state_dict(
+        fresh, fresh_optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
 
     x, y = data[:8]  # a fixed batch: the trained and the resumed model must agree
     with torch.no_grad():
@@ -118,8 +126,11 @@ def main() -> None:
         print(f"{world} ranks, {args.steps} steps: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
         print(f"resumed from {checkpoint}: loss on a fixed batch {before:.6f} -> {after:.6f}")
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(
-            {"world": world, "losses": losses, "eval_before": before, "eval_after": after}))
+        (args.out / "results.json").write_text(
+            json.dumps(
+                {"world": world, "losses": losses, "eval_before": before, "eval_after": after}
+            )
+        )
     if before != after:
         raise SystemExit(f"rank {rank}: the resumed model differs ({before} vs {after})")
     dist.destroy_process_group()

@@ -10,14 +10,17 @@
   failed ``assert`` back into an AssertionError in pytest, with the rank's ORIGINAL message and
   traceback, so an assertion can sit on the rank, next to what it checks.
 * One shared zygote (runtime/engine/zygote.py) for the whole run, started before the xdist workers:
-  every launcher under this pytest (workers, the notebooks' kernels, the scripts tests start) forks its
-  torchrun agents from it instead of importing torch into a zygote of its own (46 per run, ~3.3 CPU-s
+  every launcher under this pytest (workers, the notebooks' kernels, the scripts tests start) forks
+  its
+  torchrun agents from it instead of importing torch into a zygote of its own (46 per run, ~3.3
+  CPU-s
   each). Tests about a launcher's own zygote, or that find ranks by their start-up environment, use
   the ``own_zygote`` fixture.
 * ``die_with_pytest`` (a fixture): a ``preexec_fn`` for a long-lived child a test starts (a
   JupyterLab server, an nbval run): the child gets SIGTERM when pytest exits, however it exits.
   A SIGTERM or SIGKILL to pytest runs no fixture finalizer, and such a child outlived it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,7 +42,9 @@ torch.set_num_threads(1)
 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and zygote.enabled() and zygote.SHARED not in os.environ:
-        os.environ[zygote.SHARED] = zygote.start_shared()[1]  # inherited by the workers and all they start
+        os.environ[zygote.SHARED] = zygote.start_shared()[
+            1
+        ]  # inherited by the workers and all they start
 
 
 @pytest.fixture
@@ -61,7 +66,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         cloudpickle.register_pickle_by_value(module)
 
     def rank(item: pytest.Item) -> int:
-        return next((i for i, mark in enumerate(_LONG_FIRST) if mark in item.nodeid), len(_LONG_FIRST))
+        return next(
+            (i for i, mark in enumerate(_LONG_FIRST) if mark in item.nodeid), len(_LONG_FIRST)
+        )
+
     items.sort(key=rank)  # stable: every other test keeps its order (module fixtures stay grouped)
 
 
@@ -77,7 +85,9 @@ def run_on_ranks(fn: Callable, world_size: int, *args: Any, **kwargs: Any):
             found = re.findall(r"^AssertionError(?::\s*(.*))?$", tb, flags=re.M)
             if found:
                 message = found[-1] or "assert failed"
-                raise AssertionError(f"on rank {rank}: {message}\n\nthe rank's traceback:\n{tb}") from None
+                raise AssertionError(
+                    f"on rank {rank}: {message}\n\nthe rank's traceback:\n{tb}"
+                ) from None
         raise
 
 
@@ -91,7 +101,8 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _sigterm_when_parent_exits() -> None:
     """Runs in the child between fork and exec. The signal follows the parent THREAD that forked
-    it; here that is pytest's main thread (xdist runs tests there too), which lives as long as pytest."""
+    it; here that is pytest's main thread (xdist runs tests there too), which lives as long as
+    pytest."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 

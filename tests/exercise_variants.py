@@ -6,6 +6,7 @@ MODULE_WRONG[name]: for each wrong version the exercise module registers, the ph
 message must contain. tests/test_exercises.py runs them all, one launch per exercise.
 Versions that raise or deadlock go in RAISING (their launch fails, so they run apart).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -345,6 +346,7 @@ def _ring_right(tensor, group, step):
         else:
             dist.recv(recv, left, group=group)
             dist.send(send.contiguous(), right, group=group)
+
     for s in range(n - 1):
         si, ri = (r - step * (s + 1)) % n, (r - step * (s + 2)) % n
         buf = torch.empty_like(chunks[ri])
@@ -369,8 +371,13 @@ def ring_right_counter_clockwise(tensor, group):
 # ---------------------------------------------------------------------------- state_ledger
 def ledger_right_table(model, recipe):
     n = sum(p.numel() for p in model.parameters())
-    table = {"fp32_adam": (4, 4, 0, 8), "fp32_sgd_momentum": (4, 4, 0, 4), "amp_adam": (4, 4, 0, 8),
-             "mixed_adam": (2, 2, 4, 8), "bf16_adam": (2, 2, 0, 4)}
+    table = {
+        "fp32_adam": (4, 4, 0, 8),
+        "fp32_sgd_momentum": (4, 4, 0, 4),
+        "amp_adam": (4, 4, 0, 8),
+        "mixed_adam": (2, 2, 4, 8),
+        "bf16_adam": (2, 2, 0, 4),
+    }
     return dict(zip(("params", "grads", "master", "optimizer"), (n * b for b in table[recipe])))
 
 
@@ -383,9 +390,12 @@ def ledger_right_by_tensor(model, recipe):
     half = recipe in ("mixed_adam", "bf16_adam")
     w = 2 if half else 4
     moments = 1 if recipe.endswith("momentum") else 2
-    return {"params": total * w, "grads": total * w,
-            "master": total * 4 if recipe == "mixed_adam" else 0,
-            "optimizer": total * moments * (4 if recipe == "mixed_adam" else w)}
+    return {
+        "params": total * w,
+        "grads": total * w,
+        "master": total * 4 if recipe == "mixed_adam" else 0,
+        "optimizer": total * moments * (4 if recipe == "mixed_adam" else w),
+    }
 
 
 # ----------------------------------------------------------------------------- mesh_groups
@@ -402,14 +412,18 @@ def _build(groups_of) -> dict:
 
 def mesh_right_formula(dp, tp, pp):
     """Group the ranks by the coordinates they share, from the layout formula."""
-    key = {"tp": lambda r: r // tp, "dp": lambda r: (r // (dp * tp), r % tp),
-           "pp": lambda r: r % (dp * tp)}
+    key = {
+        "tp": lambda r: r // tp,
+        "dp": lambda r: (r // (dp * tp), r % tp),
+        "pp": lambda r: r % (dp * tp),
+    }
 
     def groups_of(axis):
         members: dict = {}
         for r in range(dp * tp * pp):
             members.setdefault(key[axis](r), []).append(r)
         return list(members.values())  # insertion order: the same on every rank
+
     return _build(groups_of)
 
 
@@ -472,7 +486,7 @@ def onef1b_right_interleave(stage, p, m):
     w = min(p - stage - 1, m)
     fs, bs = [f"F{i}" for i in range(m)], [f"B{i}" for i in range(m)]
     steady = [x for pair in zip(fs[w:], bs) for x in pair]
-    return fs[:w] + steady + bs[m - w:]
+    return fs[:w] + steady + bs[m - w :]
 
 
 # ----------------------------------------------------------------------------- zb_h1_order
@@ -534,14 +548,22 @@ def ledger_bf16_with_master(model, recipe):
 
 def mesh_own_groups_first(dp, tp, pp):
     me = dist.get_rank()  # my own group first: the order differs from rank to rank
-    return _build(lambda axis: sorted(mesh_groups.axis_groups(axis, dp, tp, pp),
-                                      key=lambda ranks: me not in ranks))
+    return _build(
+        lambda axis: sorted(
+            mesh_groups.axis_groups(axis, dp, tp, pp), key=lambda ranks: me not in ranks
+        )
+    )
 
 
 def mesh_pp_consecutive(dp, tp, pp):
     world = dp * tp * pp  # "stages are neighbours": consecutive ranks
-    return _build(lambda axis: [list(range(i, i + pp)) for i in range(0, world, pp)]
-                  if axis == "pp" else mesh_groups.axis_groups(axis, dp, tp, pp))
+    return _build(
+        lambda axis: (
+            [list(range(i, i + pp)) for i in range(0, world, pp)]
+            if axis == "pp"
+            else mesh_groups.axis_groups(axis, dp, tp, pp)
+        )
+    )
 
 
 def fit_first_step_only(logs):
@@ -566,8 +588,9 @@ def corrupt_norm_compare(output, group):
     norms = torch.zeros(n, dtype=torch.float64)
     dist.all_gather_into_tensor(norms, output.double().norm().reshape(1), group=group)
     mid = norms.median()
-    return sorted(dist.get_global_rank(group, r) for r in range(n)
-                  if not torch.isclose(norms[r], mid))
+    return sorted(
+        dist.get_global_rank(group, r) for r in range(n) if not torch.isclose(norms[r], mid)
+    )
 
 
 # ------------------------------------------------------------ global_token_loss (lab 14)
@@ -625,6 +648,8 @@ def clip_max_of_norms(grads, max_norm, group):
     for g in grads:
         g.mul_(min(1.0, max_norm / norm.item()))
     return norm.item()
+
+
 # ------------------------------------------------------------------------- diagnose_trace
 def diag_cause_only(ev):
     return "straggler"
@@ -632,8 +657,11 @@ def diag_cause_only(ev):
 
 def diag_many_all_reduces_is_the_bucket(ev):
     """Reads 'many all-reduces per step' as the problem (it is the healthy pattern)."""
-    return ("big_bucket", "all_reduces_per_step") if ev.all_reduces_per_step > 1 \
+    return (
+        ("big_bucket", "all_reduces_per_step")
+        if ev.all_reduces_per_step > 1
         else ("healthy", "gap_ms")
+    )
 
 
 def diag_item_as_straggler(ev):
@@ -658,10 +686,12 @@ def diag_right_other_order(ev):
 
 def diag_right_table(ev):
     """A table of (signal, cause, field), the first signal that fires wins."""
-    table = [(ev.compiles_per_step > 0.5, "recompile", "compiles_per_step"),
-             (ev.loader_ms_per_step > 1.0, "data_stall", "loader_ms_per_step"),
-             (ev.item_calls_per_step > 2 * 1, "host_sync", "item_calls_per_step"),
-             (ev.all_reduces_per_step < 2, "big_bucket", "exposed_ms")]
+    table = [
+        (ev.compiles_per_step > 0.5, "recompile", "compiles_per_step"),
+        (ev.loader_ms_per_step > 1.0, "data_stall", "loader_ms_per_step"),
+        (ev.item_calls_per_step > 2 * 1, "host_sync", "item_calls_per_step"),
+        (ev.all_reduces_per_step < 2, "big_bucket", "exposed_ms"),
+    ]
     return next(((c, f) for fired, c, f in table if fired), ("straggler", "slowest_rank"))
 
 
@@ -678,8 +708,10 @@ WRONG = {
         (FsdpAverageTwice, "you average twice: op=AVG already divides by the group size"),
     ],
     "row_parallel": [
-        (row_averages_partials, "averaging partials is a DDP habit: row-parallel partial sums "
-                                "are SUMMED"),
+        (
+            row_averages_partials,
+            "averaging partials is a DDP habit: row-parallel partial sums are SUMMED",
+        ),
         (row_bias_on_rank0, "the bias was added on one rank only, before the all-reduce"),
     ],
     "moe_dispatch": [(moe_bincount_no_minlength, "torch.bincount without minlength")],
@@ -687,30 +719,40 @@ WRONG = {
         (scaler_true_on_skip, "overflowed and was skipped, but your function returned True"),
         (scaler_returns_none, "returned None, not a bool"),
     ],
-    "naive_ddp": [(naive_reduces_weights, "nothing reached p.grad"),
-                  (naive_skips_frozen_by_requires_grad, "some parameters have .grad None")],
+    "naive_ddp": [
+        (naive_reduces_weights, "nothing reached p.grad"),
+        (naive_skips_frozen_by_requires_grad, "some parameters have .grad None"),
+    ],
     "state_ledger": [
         (ledger_master_in_optimizer, "the fp32 master copy is a bucket of its own"),
         (ledger_fp32_grads_in_mixed, "its weights and .grad are 2 B each"),
         (ledger_bf16_with_master, "this recipe keeps no master copy"),
     ],
-    "mesh_groups": [(mesh_pp_consecutive, "that is its tp group"),
-                    (mesh_own_groups_first, "but not in the same order")],
-    "fit_serial_fraction": [(fit_first_step_only, "You fitted the FIRST step of each run"),
-                            (fit_speedup_ratio, "T(1) is not measured")],
+    "mesh_groups": [
+        (mesh_pp_consecutive, "that is its tp group"),
+        (mesh_own_groups_first, "but not in the same order"),
+    ],
+    "fit_serial_fraction": [
+        (fit_first_step_only, "You fitted the FIRST step of each run"),
+        (fit_speedup_ratio, "T(1) is not measured"),
+    ],
     "find_corrupt_rank": [(corrupt_norm_compare, "a tolerance (allclose, norms) hides")],
     "global_token_loss": [(token_loss_local_count_times_n, "per-rank mean")],
     "global_grad_clip": [(clip_max_of_norms, "sqrt(sum of g^2 over every shard")],
     "ddp_bucket_hook": [
-        (bucket_readiness_never_cleared, "the readiness set (or count) is never cleared "
-                                         "between steps"),
+        (
+            bucket_readiness_never_cleared,
+            "the readiness set (or count) is never cleared between steps",
+        ),
     ],
 }
 RAISING = {
     "zero1_step": [(zero1_gather_default_group, "wrong group: ")],
-    "diagnose_trace": [(diag_cause_only, "return (cause, evidence_field)"),
-                       (diag_many_all_reduces_is_the_bucket, "ONE rank is slow"),
-                       (diag_item_as_straggler, "the count is the evidence")],
+    "diagnose_trace": [
+        (diag_cause_only, "return (cause, evidence_field)"),
+        (diag_many_all_reduces_is_the_bucket, "ONE rank is slow"),
+        (diag_item_as_straggler, "the count is the evidence"),
+    ],
     "find_the_hang": [
         (hang_every_local_batch, "a hang: your ranks ran different numbers of collectives"),
     ],
@@ -793,7 +835,7 @@ MODULE_WRONG = {
     },
     "naive_ddp": {
         "sums without averaging (N x too big an update)": "summed over the 4 ranks but not "
-                                                          "divided by 4",
+        "divided by 4",
         "divides by the world size, not the group's": "the size of the WHOLE world",
         "ignores the group argument": "the all-reduce ran on the default (whole-world) group",
         "crashes on a parameter without a gradient": "some parameters have .grad None",
@@ -808,7 +850,7 @@ MODULE_WRONG = {
         "one warm-up forward too many (holds p - s + 1)": "held the activations of 5 micro",
         "warm-up without min(., m) (m < p)": "the warm-up is min(p - s - 1, m) forwards",
         "p = 4 hard-coded (holds too many at p = 2)": "p=2, m=5: gradients are right, but "
-                                                      "stage 0 held the activations of 4",
+        "stage 0 held the activations of 4",
     },
     "ring_all_reduce": {
         "reduce-scatter phase only": "The all-gather phase is missing",
@@ -821,10 +863,9 @@ MODULE_WRONG = {
     "row_parallel": {
         "forgets the all-reduce": "y is this rank's PARTIAL sum",
         "adds the bias on every rank before the all-reduce": "the bias was added on every rank "
-                                                             "BEFORE the all-reduce",
+        "BEFORE the all-reduce",
         "all-reduces the gradient in backward too": "g's backward is the identity",
-        "all-reduces on the default group": "the all-reduce ran on the default (whole-world) "
-                                            "group",
+        "all-reduces on the default group": "the all-reduce ran on the default (whole-world) group",
     },
     "state_ledger": {
         "Adam keeps one moment": "Adam keeps TWO moments",
@@ -839,10 +880,10 @@ MODULE_WRONG = {
         "W right after its B (1F1B's bubble)": "your order idles more",
         "every W at the end (holds all m micro-batches)": "deferring W costs memory",
         "cool-down B's newest first (neighbours swap gradients)": "matched in the order they "
-                                                                  "were sent",
+        "were sent",
         "B trails F by `stage` (deadlocks)": "DEADLOCK on real ranks",
         "p = 4 hard-coded (holds too many at p = 2)": "p=2, m=5: gradients right, but stage 0 "
-                                                      "held the activations of 4",
+        "held the activations of 4",
     },
     "zero1_step": {
         "sums instead of averaging": "the gradients were SUMMED",

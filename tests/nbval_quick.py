@@ -9,16 +9,34 @@ it is started 13 times per suite run, and two imports cost more CPU than most of
   import for its optional "iri" format check, 1.9-3.4 CPU-s; nbformat's schemas use no such format,
   and jsonschema skips the check when the package cannot be imported.
 """
+
 import os
 import sys
 
 
 def main(notebooks: list[str]) -> int:
-    sys.modules["rfc3987_syntax"] = None  # an import of it now raises ImportError, which jsonschema allows
+    sys.modules["rfc3987_syntax"] = (
+        None  # an import of it now raises ImportError, which jsonschema allows
+    )
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     import pytest
-    return pytest.main(["-q", "-p", "no:cacheprovider", "-p", "lab_utils.tools.ipc_kernels", "-p", "nbval.plugin",
-                        "-p", "pytest_timeout", "--nbval-lax", "--nbval-current-env", *notebooks])
+
+    return pytest.main(
+        [
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "lab_utils.tools.ipc_kernels",
+            "-p",
+            "nbval.plugin",
+            "-p",
+            "pytest_timeout",
+            "--nbval-lax",
+            "--nbval-current-env",
+            *notebooks,
+        ]
+    )
 
 
 if __name__ == "__main__":

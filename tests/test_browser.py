@@ -8,8 +8,10 @@ just its widget cell; change a control; wait until the figure's data in the page
 
 LAB_BROWSER_CPU_THROTTLE=20 (``make soak`` runs it once) slows the page's CPU 20x once the kernel is
 up, as on a slow laptop or a loaded CI machine: a figure whose first data arrives only while the
-page is fast is a race (plotly's FigureWidget lost ALL its data that way: see lab_utils/viz/_base.py).
+page is fast is a race (plotly's FigureWidget lost ALL its data that way: see
+lab_utils/viz/_base.py).
 """
+
 import json
 import os
 import shutil
@@ -29,27 +31,51 @@ from lab_utils.tools.nbtools import LAB_SETTINGS
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--disable-quic"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 THROTTLE = float(os.environ.get("LAB_BROWSER_CPU_THROTTLE", "1"))
 SLOW = max(1.0, THROTTLE / 4)
 RENDER_TIMEOUT_MS, pytestmark = int(60_000 * SLOW), pytest.mark.timeout(int(600 * SLOW))
 
 if not os.path.exists(CHROMIUM):
     if os.environ.get("CI"):
-        pytest.fail("chromium is missing: `make test` installs it (apt-get install chromium)", pytrace=False)
-    pytest.skip("chromium not installed (on Debian/Ubuntu: apt-get install chromium)", allow_module_level=True)
+        pytest.fail(
+            "chromium is missing: `make test` installs it (apt-get install chromium)", pytrace=False
+        )
+    pytest.skip(
+        "chromium not installed (on Debian/Ubuntu: apt-get install chromium)",
+        allow_module_level=True,
+    )
 playwright = pytest.importorskip("playwright.sync_api")
 
 
 # A scratch notebook in the copied labs/: every explorer on one page (one kernel, one page load)
-EXPLORERS = ("memory_explorer", "bubble_explorer", "collective_explorer", "amdahl_explorer",
-             "planner_widget", "training_cost_explorer")
-EVERY_EXPLORER = f"from lab_utils import viz\nfor name in {EXPLORERS}:\n    display(getattr(viz, name)())"
+EXPLORERS = (
+    "memory_explorer",
+    "bubble_explorer",
+    "collective_explorer",
+    "amdahl_explorer",
+    "planner_widget",
+    "training_cost_explorer",
+)
+EVERY_EXPLORER = (
+    f"from lab_utils import viz\nfor name in {EXPLORERS}:\n    display(getattr(viz, name)())"
+)
 # A scratch notebook of predictions as a learner meets them: typed, not preset (LAB_QUICK=0), kept
 # in a scratch store; each cell ends with the returned object (a second display would show here)
-CHOICES = ["that block only", "the root and that block", "the root, that block and the next",
-           "the whole model"]
+CHOICES = [
+    "that block only",
+    "the root and that block",
+    "the root, that block and the next",
+    "the whole model",
+]
 PREDICTIONS = [
     "import os, tempfile\nos.environ['LAB_QUICK'] = '0'\n"
     "os.environ['LAB_PREDICTIONS'] = os.path.join(tempfile.mkdtemp(), 'predictions.json')\n"
@@ -59,7 +85,8 @@ PREDICTIONS = [
     f"c = predict('05.held', 'Which full weights are held?', choices={CHOICES})\nc",
     "print('the next cell ran')",
     "from lab_utils.cards import review_widget\nreview_widget(lab='00')",
-    "from lab_utils import viz\nviz.bubble_explorer()"]
+    "from lab_utils import viz\nviz.bubble_explorer()",
+]
 
 
 def number_boxes() -> list[tuple[str, str, str, str, bool]]:
@@ -67,12 +94,19 @@ def number_boxes() -> list[tuple[str, str, str, str, bool]]:
     box and the first decimal box of every explorer."""
     from lab_utils import viz
     from lab_utils.viz.controls import NumberText
+
     rows = []
     for name in EXPLORERS:
         w = getattr(viz, name)()
         for whole in (True, False):
-            box = next(((n, c) for n, c in w.controls.items()
-                        if isinstance(c, NumberText) and c.whole == whole), None)
+            box = next(
+                (
+                    (n, c)
+                    for n, c in w.controls.items()
+                    if isinstance(c, NumberText) and c.whole == whole
+                ),
+                None,
+            )
             if box:
                 rows.append((f".{w.CSS}", box[0], box[1].description, box[1].value, whole))
     return rows
@@ -99,34 +133,64 @@ def jupyter(tmp_path_factory, die_with_pytest):
     """A JupyterLab server on a copy of labs/, with settings that keep the page deterministic."""
     home = tmp_path_factory.mktemp("jupyter")
     labs = home / "labs"
-    shutil.copytree(ROOT / "labs", labs, ignore=shutil.ignore_patterns("kernel-*", ".ipynb_checkpoints"))
+    shutil.copytree(
+        ROOT / "labs", labs, ignore=shutil.ignore_patterns("kernel-*", ".ipynb_checkpoints")
+    )
     settings = home / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     # every cell stays in the DOM (no windowing), so the test can find the widget's output
     (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     for name, cells in (("every_explorer", [EVERY_EXPLORER]), ("predictions", PREDICTIONS)):
-        (labs / f"{name}.ipynb").write_text(nbformat.writes(nbformat.v4.new_notebook(
-            cells=[nbformat.v4.new_code_cell(c) for c in cells],  # the labs' kernel: no dialog
-            metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata)))
+        (labs / f"{name}.ipynb").write_text(
+            nbformat.writes(
+                nbformat.v4.new_notebook(
+                    cells=[
+                        nbformat.v4.new_code_cell(c) for c in cells
+                    ],  # the labs' kernel: no dialog
+                    metadata=nbformat.read(labs / "00_setup.ipynb", as_version=4).metadata,
+                )
+            )
+        )
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
-    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                          "checkForUpdates": False}))
+    (news / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     for plugin, values in LAB_SETTINGS.items():  # what `make lab` installs (saved widget state)
         folder, name = plugin.split(":")
         (home / "settings" / folder).mkdir(parents=True, exist_ok=True)
         (home / "settings" / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
     port, token = free_port(), uuid.uuid4().hex
     log = open(home / "jupyter.log", "w")
-    env = dict(os.environ, LAB_QUICK="1", JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-               JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+    env = dict(
+        os.environ,
+        LAB_QUICK="1",
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={labs}",
-         "--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],  # CI containers run as root
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_pytest)
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={labs}",
+            "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.port_retries=0",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],  # CI containers run as root
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_pytest,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:
@@ -151,19 +215,24 @@ def jupyter(tmp_path_factory, die_with_pytest):
 def browser(tmp_path_factory):
     with playwright.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
-            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 800})
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1280, "height": 800},
+        )
         yield context
         context.close()
 
 
-GRAPH_DATA = "JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))"  # JS, of a graph div `gd`
+GRAPH_DATA = (
+    "JSON.stringify((gd.data || []).map(t => [t.x, t.y, t.base]))"  # JS, of a graph div `gd`
+)
 
 
 def figure_data(explorer) -> str:
     """The plotly traces as the page has them (the graph div's `data`), as JSON text."""
-    return explorer.locator(".js-plotly-plot").first.evaluate(
-        f"gd => {GRAPH_DATA}")
+    return explorer.locator(".js-plotly-plot").first.evaluate(f"gd => {GRAPH_DATA}")
 
 
 def wait_for_first_draw(page, explorer, css: str) -> str:
@@ -174,7 +243,10 @@ def wait_for_first_draw(page, explorer, css: str) -> str:
         """sel => {
             const gd = document.querySelector(sel + ' .js-plotly-plot');
             return gd && (gd.data || []).length > 0 && gd._fullLayout;
-        }""", arg=css, timeout=RENDER_TIMEOUT_MS)
+        }""",
+        arg=css,
+        timeout=RENDER_TIMEOUT_MS,
+    )
     return figure_data(explorer)
 
 
@@ -185,17 +257,23 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
     # earlier test opened (their kernels still live), and `.first` of an explorer's CSS class found
     # the graph in a background tab, which Playwright rightly calls hidden (the throttled run)
     page.goto(f"{base}/lab/workspaces/{uuid.uuid4().hex[:12]}/tree/{notebook.name}?token={token}")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext.session"
-                           " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                           timeout=RENDER_TIMEOUT_MS)
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell.currentWidget"
+        " && window.jupyterapp.shell.currentWidget.sessionContext"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session"
+        " && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+        timeout=RENDER_TIMEOUT_MS,
+    )
     if THROTTLE > 1:  # from here on, as slow as a slow machine (Chrome DevTools CPU throttling)
-        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": THROTTLE})
-    page.evaluate("""async ([name, index]) => {
+        page.context.new_cdp_session(page).send(
+            "Emulation.setCPUThrottlingRate", {"rate": THROTTLE}
+        )
+    page.evaluate(
+        """async ([name, index]) => {
         const sleep = ms => new Promise(r => setTimeout(r, ms));
         let panel = window.jupyterapp.shell.currentWidget;
-        while (!panel || !panel.context || !panel.context.path.endsWith(name)) {  // this tab, not the last one
+        while (!panel || !panel.context || !panel.context.path.endsWith(name)) {  // this tab, not
+        the last one
             await sleep(100);
             panel = window.jupyterapp.shell.currentWidget;
         }
@@ -203,18 +281,28 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
         await panel.sessionContext.ready;      // the kernel is up
         while (panel.content.widgets.length <= index) await sleep(100);
         panel.content.activeCellIndex = index;
-        if (panel.content.activeCellIndex !== index) throw new Error('could not select cell ' + index);
+        if (panel.content.activeCellIndex !== index) throw new Error('could not select cell ' +
+        index);
         await window.jupyterapp.commands.execute('notebook:run-cell');
-    }""", [notebook.name, index])
-    tabs = page.evaluate("() => [...window.jupyterapp.shell.widgets('main')].map(w => w.title.label)")
-    assert tabs == [notebook.name], f"the page must show only {notebook.name}, it has the tabs {tabs}"
+    }""",
+        [notebook.name, index],
+    )
+    tabs = page.evaluate(
+        "() => [...window.jupyterapp.shell.widgets('main')].map(w => w.title.label)"
+    )
+    assert tabs == [notebook.name], (
+        f"the page must show only {notebook.name}, it has the tabs {tabs}"
+    )
     return page
 
 
-@pytest.mark.parametrize("call, css, change", [
-    ("memory_explorer(", ".memory-explorer", "model"),
-    ("bubble_explorer(", ".bubble-explorer", "m"),
-])
+@pytest.mark.parametrize(
+    "call, css, change",
+    [
+        ("memory_explorer(", ".memory-explorer", "model"),
+        ("bubble_explorer(", ".bubble-explorer", "m"),
+    ],
+)
 def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, css, change):
     base, token = jupyter
     notebook, index = widget_cell(call)
@@ -237,11 +325,18 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
         page.wait_for_function(
             """([sel, before]) => {
                 const gd = document.querySelector(sel + ' .js-plotly-plot');
-                return gd && """ + GRAPH_DATA + """ !== before;
-            }""", arg=[css, before], timeout=RENDER_TIMEOUT_MS)
+                return gd && """
+            + GRAPH_DATA
+            + """ !== before;
+            }""",
+            arg=[css, before],
+            timeout=RENDER_TIMEOUT_MS,
+        )
         after = figure_data(explorer)
         assert after != before
-        assert explorer.locator(".lab-widget-error").count() == 0, "a valid change must not show an error"
+        assert explorer.locator(".lab-widget-error").count() == 0, (
+            "a valid change must not show an error"
+        )
         plot = explorer.locator(".js-plotly-plot").first.bounding_box()
         assert plot["x"] + plot["width"] <= 1280, f"the figure overflows a 1280-px window: {plot}"
         page.screenshot(path=str(SHOTS / f"{name}-after.png"))
@@ -256,12 +351,14 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
 LATENCY_FILE = ROOT / "build" / "browser_latency.json"  # read by benchmarks/bench_widgets.py
 
 # For each explorer: a number box and two valid values that each change its figure's data
-LATENCY_INPUTS = {".memory-explorer": ("seq len (tokens)", "4096", "2048"),
-                  ".bubble-explorer": ("m (micro-batches)", "4", "8"),
-                  ".collective-explorer": ("message D (MB)", "50", "100"),
-                  ".amdahl-explorer": ("serial fraction s (0-1)", "0.1", "0.05"),
-                  ".planner-widget": ("nodes", "16", "32"),
-                  ".training-cost-explorer": ("tokens (billions)", "1000", "2000")}
+LATENCY_INPUTS = {
+    ".memory-explorer": ("seq len (tokens)", "4096", "2048"),
+    ".bubble-explorer": ("m (micro-batches)", "4", "8"),
+    ".collective-explorer": ("message D (MB)", "50", "100"),
+    ".amdahl-explorer": ("serial fraction s (0-1)", "0.1", "0.05"),
+    ".planner-widget": ("nodes", "16", "32"),
+    ".training-cost-explorer": ("tokens (billions)", "1000", "2000"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -290,14 +387,18 @@ PAGE_TIMER = """([sel, probe]) => {
     };
     box.addEventListener('keydown', onKey, true);
 }"""
-NEW_DATA = ("sel => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
-            f" return gd && {GRAPH_DATA} !== window.__labBefore; }}")
+NEW_DATA = (
+    "sel => { const gd = document.querySelector(sel + ' .js-plotly-plot');"
+    f" return gd && {GRAPH_DATA} !== window.__labBefore; }}"
+)
 ERROR_SHOWN = "sel => !!document.querySelector(sel + ' .lab-widget-error')"
 
 
-LIVE_VIEWS = ("() => [...document.querySelectorAll('[data-lab-live]')]"
-              ".map(e => [e.dataset.labLive, e.dataset.labLiveMissing || '', e.dataset.labLiveError || '',"
-              " e.dataset.labLiveLog || ''])")
+LIVE_VIEWS = (
+    "() => [...document.querySelectorAll('[data-lab-live]')]"
+    ".map(e => [e.dataset.labLive, e.dataset.labLiveMissing || '', e.dataset.labLiveError || '',"
+    " e.dataset.labLiveLog || ''])"
+)
 
 
 def wait_until_every_view_is_live(page) -> None:
@@ -307,10 +408,14 @@ def wait_until_every_view_is_live(page) -> None:
         page.wait_for_function(
             """n => { const v = [...document.querySelectorAll('[data-lab-live]')];
                       return v.length === n && v.every(e => e.dataset.labLive === 'live'); }""",
-            arg=len(EXPLORERS), timeout=RENDER_TIMEOUT_MS)
+            arg=len(EXPLORERS),
+            timeout=RENDER_TIMEOUT_MS,
+        )
     except playwright.TimeoutError:
-        pytest.fail(f"not every LivePlot view went live within {RENDER_TIMEOUT_MS / 1000:g} s; "
-                    f"views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}")
+        pytest.fail(
+            f"not every LivePlot view went live within {RENDER_TIMEOUT_MS / 1000:g} s; "
+            f"views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}"
+        )
 
 
 # Where the time went, from LivePlot's marks (live_plot.py): keydown to the new figure's arrival
@@ -320,13 +425,18 @@ PARTS = """sel => { const v = document.querySelector(sel + ' [data-lab-live]');
     return {arrival: Number(v.dataset.labLiveArrived) - window.__labT0, parse, react}; }"""
 
 
-def typed_latency(page, explorer, css: str, box, value: str, probe: str = NEW_DATA) -> tuple[float, bool]:
+def typed_latency(
+    page, explorer, css: str, box, value: str, probe: str = NEW_DATA
+) -> tuple[float, bool]:
     """ms from the Enter keydown to the first animation frame at which the page shows the result
     (by default: new plot data in the graph), timed in the page itself (performance.now), and
     whether the graph was redrawn in place (the same element: LivePlot's Plotly.react) rather than
     replaced by a new renderer."""
-    page.evaluate(f"sel => {{ const gd = document.querySelector(sel + ' .js-plotly-plot'); window.__labBefore = {GRAPH_DATA}; }}",
-                  css)
+    page.evaluate(
+        f"sel => {{ const gd = document.querySelector(sel + ' .js-plotly-plot'); "
+        f"window.__labBefore = {GRAPH_DATA}; }}",
+        css,
+    )
     explorer.locator(".js-plotly-plot").first.evaluate(f"gd => gd.dataset.labMark = '{value}'")
     box.fill(value)
     page.evaluate(PAGE_TIMER, [css, probe])
@@ -343,17 +453,23 @@ PARTS_SEEN: dict[str, list[dict]] = {}
 
 def latency_table(parts: dict[str, list[dict]]) -> str:
     """Per explorer: median and p95 of keydown -> painted frame, and where the time went."""
+
     def q(xs: list[float], p: float) -> float:
         xs = sorted(xs)
         return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
-    lines = [f"{'explorer':<24} {'total med':>9} {'p95':>6} | {'arrival':>7} {'parse':>6} "
-             f"{'react':>6} {'frame':>6}  (ms, medians; n)"]
+
+    lines = [
+        f"{'explorer':<24} {'total med':>9} {'p95':>6} | {'arrival':>7} {'parse':>6} "
+        f"{'react':>6} {'frame':>6}  (ms, medians; n)"
+    ]
     for css, rows in parts.items():
         col = {k: [r[k] for r in rows] for k in ("total", "arrival", "parse", "react")}
         frame = [r["total"] - r["arrival"] - r["parse"] - r["react"] for r in rows]
-        lines.append(f"{css.strip('.'):<24} {q(col['total'], .5):9.0f} {q(col['total'], .95):6.0f} | "
-                     f"{q(col['arrival'], .5):7.0f} {q(col['parse'], .5):6.1f} "
-                     f"{q(col['react'], .5):6.1f} {q(frame, .5):6.0f}  n={len(rows)}")
+        lines.append(
+            f"{css.strip('.'):<24} {q(col['total'], 0.5):9.0f} {q(col['total'], 0.95):6.0f} | "
+            f"{q(col['arrival'], 0.5):7.0f} {q(col['parse'], 0.5):6.1f} "
+            f"{q(col['react'], 0.5):6.1f} {q(frame, 0.5):6.0f}  n={len(rows)}"
+        )
     return "\n".join(lines)
 
 
@@ -384,7 +500,9 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
             runs = [typed_latency(page, explorer, css, box, v) for v in (first, second) * 5]
             latencies[f"{css.strip('.')}, {label} typed (Enter -> DOM)"] = [ms for ms, _ in runs]
             in_place[css] = [same for _, same in runs]
-            assert explorer.locator(".lab-widget-error").count() == 0, f"{css}: valid values show no error"
+            assert explorer.locator(".lab-widget-error").count() == 0, (
+                f"{css}: valid values show no error"
+            )
         # the floor under any redraw: the same round trip (page -> server -> kernel -> page) with no
         # plot to draw, a rejected value whose only effect is the error box
         css, (label, first, _) = ".amdahl-explorer", LATENCY_INPUTS[".amdahl-explorer"]
@@ -395,16 +513,22 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
             floor.append(typed_latency(page, explorer, css, box, "abc", ERROR_SHOWN)[0])
             box.fill(first)
             box.press("Enter")
-            explorer.locator(".lab-widget-error").first.wait_for(state="detached", timeout=RENDER_TIMEOUT_MS)
-        latencies["round trip alone: amdahl-explorer, 'abc' typed (Enter -> error box, no plot)"] = floor
+            explorer.locator(".lab-widget-error").first.wait_for(
+                state="detached", timeout=RENDER_TIMEOUT_MS
+            )
+        latencies[
+            "round trip alone: amdahl-explorer, 'abc' typed (Enter -> error box, no plot)"
+        ] = floor
         LATENCY_FILE.parent.mkdir(parents=True, exist_ok=True)
         LATENCY_FILE.write_text(json.dumps(latencies))
         (LATENCY_FILE.parent / "browser_latency_parts.json").write_text(json.dumps(PARTS_SEEN))
         for name, ms in latencies.items():
             print(f"{name}: {[round(x) for x in ms]} ms")
         print(latency_table(PARTS_SEEN))
-        assert all(all(flags) for flags in in_place.values()), \
-            f"not redrawn in place: {in_place}; views (live, missing, error, events): {page.evaluate(LIVE_VIEWS)}"
+        assert all(all(flags) for flags in in_place.values()), (
+            f"not redrawn in place: {in_place}; views (live, missing, error, events): "
+            f"{page.evaluate(LIVE_VIEWS)}"
+        )
     except Exception:
         page.screenshot(path=str(SHOTS / "latency-FAILED.png"), full_page=True)
         raise
@@ -486,8 +610,9 @@ def test_predictions_as_typed_commit_with_enter_and_survive_a_reopen(jupyter, br
         page.close()
     sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}"))
     for s in sessions:  # the kernel ends: its widget models are gone, as after a restart
-        urllib.request.urlopen(urllib.request.Request(
-            f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE"))
+        urllib.request.urlopen(
+            urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
+        )
     page = open_and_run_cell(browser, base, token, Path("predictions.ipynb"), 4)
     try:
         page.locator(".lab-prediction-committed").nth(1).wait_for()

@@ -1,4 +1,5 @@
 """Chen et al. 2016: activation checkpointing in sqrt(n) segments (lab 02)."""
+
 import math
 
 import pytest
@@ -10,8 +11,8 @@ def test_memory_is_k_inputs_plus_one_segment():
     plan = checkpoint_segments(16, 4)
     assert (plan.segment_layers, plan.memory, plan.memory_without) == (4, 8.0, 16.0)
     assert plan.saving == 2.0
-    assert checkpoint_segments(16, 1).memory == 1 + 16     # one segment: everything again
-    assert checkpoint_segments(16, 16).memory == 16 + 1    # every input kept
+    assert checkpoint_segments(16, 1).memory == 1 + 16  # one segment: everything again
+    assert checkpoint_segments(16, 16).memory == 16 + 1  # every input kept
     assert checkpoint_segments(10, 3).segment_layers == 4  # ceil(10/3)
 
 
@@ -29,7 +30,7 @@ def test_optimum_is_sqrt_n(n):
     assert abs(k - math.sqrt(n)) <= 2
     assert checkpoint_segments(n, k).memory <= 2 * math.ceil(math.sqrt(n)) + 1
     best = min(checkpoint_segments(n, j).memory for j in range(1, n + 1))
-    assert checkpoint_segments(n, k).memory == best           # exact over every k
+    assert checkpoint_segments(n, k).memory == best  # exact over every k
 
 
 def test_optimum_weighs_inputs_against_internals():

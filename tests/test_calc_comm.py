@@ -1,17 +1,27 @@
 """Collective volumes, alpha-beta times, busbw (nccl-tests) and per-step traffic (labs 03-07)."""
+
 import math
 
 import pytest
 
-from lab_utils.calc import (alg_bandwidth, bus_bandwidth, busbw_factor, collective_time,
-                            dp_bytes_per_rank, fit_alpha_beta, hierarchical_time,
-                            pp_bytes_per_microbatch, ring_bytes_per_rank, tp_layer_comm)
+from lab_utils.calc import (
+    alg_bandwidth,
+    bus_bandwidth,
+    busbw_factor,
+    collective_time,
+    dp_bytes_per_rank,
+    fit_alpha_beta,
+    hierarchical_time,
+    pp_bytes_per_microbatch,
+    ring_bytes_per_rank,
+    tp_layer_comm,
+)
 
 
 def test_ring_bytes_per_rank():
     d = 1000.0
-    assert ring_bytes_per_rank("all_reduce", 4, d) == 1500      # 2(N-1)/N D
-    assert ring_bytes_per_rank("reduce_scatter", 4, d) == 750   # (N-1)/N D
+    assert ring_bytes_per_rank("all_reduce", 4, d) == 1500  # 2(N-1)/N D
+    assert ring_bytes_per_rank("reduce_scatter", 4, d) == 750  # (N-1)/N D
     assert ring_bytes_per_rank("all_gather", 4, d) == 750
     assert ring_bytes_per_rank("all_to_all", 4, d) == 750
     assert ring_bytes_per_rank("broadcast", 4, d) == 1000
@@ -21,7 +31,8 @@ def test_ring_bytes_per_rank():
     for n in (2, 8, 1024):
         ar = ring_bytes_per_rank("all_reduce", n, d)
         assert ar == ring_bytes_per_rank("reduce_scatter", n, d) + ring_bytes_per_rank(
-            "all_gather", n, d)
+            "all_gather", n, d
+        )
         assert ar < 2 * d
 
 
@@ -30,8 +41,8 @@ def test_ring_latency_linear_tree_logarithmic():
     ns = [2, 4, 8, 16, 64, 256, 1024]
     ring = [collective_time("all_reduce", n, 0, alpha, 1e9, "ring") for n in ns]
     tree = [collective_time("all_reduce", n, 0, alpha, 1e9, "tree") for n in ns]
-    assert ring == pytest.approx([2 * (n - 1) * alpha for n in ns])        # linear in N
-    assert tree == pytest.approx([2 * math.log2(n) * alpha for n in ns])   # log N
+    assert ring == pytest.approx([2 * (n - 1) * alpha for n in ns])  # linear in N
+    assert tree == pytest.approx([2 * math.log2(n) * alpha for n in ns])  # log N
     assert ring[-1] / ring[0] == pytest.approx(1023)
     assert tree[-1] / tree[0] == pytest.approx(10)
 
@@ -40,12 +51,15 @@ def test_other_alpha_beta_models():
     a, bw, d, n = 1e-5, 1e9, 8e6, 8
     lg = 3
     assert collective_time("all_gather", n, d, a, bw, "tree") == pytest.approx(
-        lg * a + 7 / 8 * d / bw)                         # recursive doubling
+        lg * a + 7 / 8 * d / bw
+    )  # recursive doubling
     assert collective_time("reduce_scatter", n, d, a, bw, "ring") == pytest.approx(
-        7 * a + 7 / 8 * d / bw)
+        7 * a + 7 / 8 * d / bw
+    )
     assert collective_time("broadcast", n, d, a, bw, "tree") == pytest.approx(lg * (a + d / bw))
     assert collective_time("all_to_all", n, d, a, bw, "tree") == pytest.approx(
-        lg * a + lg / 2 * d / bw)                        # Bruck
+        lg * a + lg / 2 * d / bw
+    )  # Bruck
     assert collective_time("send_recv", 2, d, a, bw) == pytest.approx(a + d / bw)
     assert collective_time("all_reduce", 1, d, a, bw) == 0
     assert collective_time("all_reduce", 6, 0, a, bw, "tree") == pytest.approx(2 * 3 * a)
@@ -54,7 +68,7 @@ def test_other_alpha_beta_models():
 def test_ring_bandwidth_term_independent_of_n():
     d, bw = 1e9, 100e9
     times = [collective_time("all_reduce", n, d, 0.0, bw) for n in (2, 8, 64, 1024)]
-    assert times[0] == pytest.approx(d / bw)            # 2(1)/2 = 1
+    assert times[0] == pytest.approx(d / bw)  # 2(1)/2 = 1
     assert times[-1] == pytest.approx(2 * 1023 / 1024 * d / bw)
     assert max(times) < 2 * d / bw
 
@@ -71,8 +85,9 @@ def test_nccl_busbw_factors():
     assert alg_bandwidth(1e9, 0.01) == 100e9
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                                "broadcast", "reduce"])
+@pytest.mark.parametrize(
+    "op", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"]
+)
 def test_busbw_of_ideal_ring_equals_link_speed(op):
     # That is the point of busbw: an ideal ring reads as the link speed whatever n is.
     d, link = 4e9, 50e9
@@ -85,7 +100,7 @@ def test_dp_volumes_zero12_equal_ddp_zero3_is_1p5x():
     p, n = 14e9, 64
     ddp = dp_bytes_per_rank(p, n, "ddp")
     assert ddp == pytest.approx(2 * 63 / 64 * p)
-    assert dp_bytes_per_rank(p, n, "zero1") == ddp   # NOT half of DDP
+    assert dp_bytes_per_rank(p, n, "zero1") == ddp  # NOT half of DDP
     assert dp_bytes_per_rank(p, n, "zero2") == ddp
     assert dp_bytes_per_rank(p, n, "zero3") == pytest.approx(1.5 * ddp)
     assert dp_bytes_per_rank(p, n, "fsdp") == dp_bytes_per_rank(p, n, "zero3")
@@ -100,7 +115,7 @@ def test_tp_layer_comm_gpt3():
     assert fwd.ops == (("all_reduce", 2),)
     sp = tp_layer_comm(1, 2048, 12288, 8, sequence_parallel=True)
     assert sp.ops == (("all_gather", 4), ("reduce_scatter", 4))
-    assert sp.bytes_per_rank == tc.bytes_per_rank    # SP: same bytes, sharded activations
+    assert sp.bytes_per_rank == tc.bytes_per_rank  # SP: same bytes, sharded activations
     assert tp_layer_comm(1, 2048, 12288, 8, recompute="full").ops == (("all_reduce", 6),)
 
 
@@ -119,18 +134,21 @@ def test_fit_alpha_beta_recovers_parameters():
     assert 0.9 < noisy.r2 < 1.0
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: ring_bytes_per_rank("allreduce", 4, 1), "op must be one of"),
-    (lambda: ring_bytes_per_rank("all_reduce", 0, 1), "n must be a whole number >= 1"),
-    (lambda: collective_time("all_reduce", 4, 1, 0, 0), "bandwidth_bytes_per_s must be"),
-    (lambda: collective_time("all_reduce", 4, 1, 0, 1, "butterfly"), "algorithm must be"),
-    (lambda: alg_bandwidth(1, 0), "time_s must be a positive number"),
-    (lambda: dp_bytes_per_rank(1, 4, "zero4"), "strategy must be one of"),
-    (lambda: fit_alpha_beta([1, 2], [1]), "2 values but times_s has 1"),
-    (lambda: fit_alpha_beta([1], [1]), "at least 2"),
-    (lambda: fit_alpha_beta([5, 5], [1, 2]), "all message sizes are equal"),
-    (lambda: fit_alpha_beta([1, 2], [1, -2]), "each time in times_s"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: ring_bytes_per_rank("allreduce", 4, 1), "op must be one of"),
+        (lambda: ring_bytes_per_rank("all_reduce", 0, 1), "n must be a whole number >= 1"),
+        (lambda: collective_time("all_reduce", 4, 1, 0, 0), "bandwidth_bytes_per_s must be"),
+        (lambda: collective_time("all_reduce", 4, 1, 0, 1, "butterfly"), "algorithm must be"),
+        (lambda: alg_bandwidth(1, 0), "time_s must be a positive number"),
+        (lambda: dp_bytes_per_rank(1, 4, "zero4"), "strategy must be one of"),
+        (lambda: fit_alpha_beta([1, 2], [1]), "2 values but times_s has 1"),
+        (lambda: fit_alpha_beta([1], [1]), "at least 2"),
+        (lambda: fit_alpha_beta([5, 5], [1, 2]), "all message sizes are equal"),
+        (lambda: fit_alpha_beta([1, 2], [1, -2]), "each time in times_s"),
+    ],
+)
 def test_comm_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -145,7 +163,8 @@ def test_hierarchical_all_reduce_time():
     assert got == pytest.approx(2 * rs + across, rel=1e-12)
     flat = collective_time("all_reduce", g * m, d, 10e-6, 50e9)
     assert flat / got > 3  # one flat ring crosses the network with every rank's bytes
-    assert hierarchical_time("all_reduce", 1, m, d, 1e-6, 400e9, 10e-6, 50e9) == \
-        pytest.approx(collective_time("all_reduce", m, d, 10e-6, 50e9))
+    assert hierarchical_time("all_reduce", 1, m, d, 1e-6, 400e9, 10e-6, 50e9) == pytest.approx(
+        collective_time("all_reduce", m, d, 10e-6, 50e9)
+    )
     with pytest.raises(ValueError, match="per_node"):
         hierarchical_time("all_reduce", 0, m, d, 1e-6, 400e9, 10e-6, 50e9)

@@ -1,9 +1,15 @@
 """Model vs hardware FLOPs, MFU and HFU vs Korthikanti et al. 2022, Table 4 (lab 10)."""
+
 import pytest
 
-from lab_utils.calc import (KORTHIKANTI_TABLE4, flops_utilization, hfu_over_mfu,
-                            megatron_flops_per_step, megatron_hardware_flops,
-                            megatron_model_flops)
+from lab_utils.calc import (
+    KORTHIKANTI_TABLE4,
+    flops_utilization,
+    hfu_over_mfu,
+    megatron_flops_per_step,
+    megatron_hardware_flops,
+    megatron_model_flops,
+)
 
 RUNS = {r.name.split()[0]: r for r in KORTHIKANTI_TABLE4}
 
@@ -24,8 +30,12 @@ def test_korthikanti_22b_is_consistent_with_its_rounded_time():
     # rounding interval [1.095, 1.105) of "1.10", so the table is consistent but the printed
     # time alone gives 41.7% / 43.8% (reported, not hidden).
     run = RUNS["22B"]
-    lo, hi = (flops_utilization(run.batch, 2048, run.n_layers, run.hidden, 51200, run.n_gpus,
-                                t, 312e12, "selective") for t in (1.105, 1.095))
+    lo, hi = (
+        flops_utilization(
+            run.batch, 2048, run.n_layers, run.hidden, 51200, run.n_gpus, t, 312e12, "selective"
+        )
+        for t in (1.105, 1.095)
+    )
     assert lo.mfu * 100 <= run.mfu_pct + 0.05 and run.mfu_pct - 0.05 <= hi.mfu * 100
     assert lo.hfu * 100 <= run.hfu_pct + 0.05 and run.hfu_pct - 0.05 <= hi.hfu * 100
     assert round(100 * run.utilization().mfu, 1) == 41.7
@@ -48,11 +58,12 @@ def test_flop_formulas():
     b, s, l, h, v = 8, 2048, 24, 2304, 51200
     model = megatron_model_flops(b, s, l, h, v)
     # 3 forwards of 24 B s h^2 + 4 B s^2 h per layer, plus 3 x 2 B s h V for the logits
-    assert model == pytest.approx(3 * (l * (24 * b * s * h**2 + 4 * b * s**2 * h)
-                                       + 2 * b * s * h * v))
+    assert model == pytest.approx(
+        3 * (l * (24 * b * s * h**2 + 4 * b * s**2 * h) + 2 * b * s * h * v)
+    )
     assert megatron_hardware_flops(b, s, l, h, v, "none") == model
-    assert megatron_hardware_flops(b, s, l, h, v, "full") == megatron_flops_per_step(b, s, l, h,
-                                                                                     v)
+    assert megatron_hardware_flops(b, s, l, h, v, "full") == megatron_flops_per_step(b, s, l, h, v)
     # full = model + one more forward of the layers (not the logits)
     assert megatron_hardware_flops(b, s, l, h, v, "full") - model == pytest.approx(
-        l * (24 * b * s * h**2 + 4 * b * s**2 * h))
+        l * (24 * b * s * h**2 + 4 * b * s**2 * h)
+    )

@@ -1,9 +1,18 @@
 """Published layouts reproduced: Llama 3 405B (Meta 2024, Table 4) and DeepSeek-V3 (2024)."""
+
 import pytest
 
-from lab_utils.calc import (DEEPSEEK_V3_RECIPE, GB, LLAMA3_405B_TABLE4, PRESETS,
-                            deepseek_v3_params, deepseek_v3_stage_memory, layout_memory,
-                            model_state_memory, param_count)
+from lab_utils.calc import (
+    DEEPSEEK_V3_RECIPE,
+    GB,
+    LLAMA3_405B_TABLE4,
+    PRESETS,
+    deepseek_v3_params,
+    deepseek_v3_stage_memory,
+    layout_memory,
+    model_state_memory,
+    param_count,
+)
 
 
 @pytest.mark.parametrize("run", LLAMA3_405B_TABLE4, ids=lambda r: f"{r.gpus}gpus-cp{r.cp}")
@@ -23,9 +32,9 @@ def test_llama3_table4_rows_are_consistent(run):
 def test_llama3_405b_implied_throughput_and_time():
     cfg = PRESETS["llama3.1-405b"]
     assert param_count(cfg).total == 405_853_388_800
-    row = LLAMA3_405B_TABLE4[1]                                # 16,384 GPUs at 400 TFLOP/s
-    assert round(row.tokens_per_s_per_gpu()) == 152             # tokens/s per GPU implied
-    assert round(row.days_for(15.6e12)) == 73                   # 15.6T tokens, no failures
+    row = LLAMA3_405B_TABLE4[1]  # 16,384 GPUs at 400 TFLOP/s
+    assert round(row.tokens_per_s_per_gpu()) == 152  # tokens/s per GPU implied
+    assert round(row.days_for(15.6e12)) == 73  # 15.6T tokens, no failures
 
 
 def test_llama3_405b_memory_per_gpu():
@@ -34,7 +43,7 @@ def test_llama3_405b_memory_per_gpu():
     # recomputation + SP leave 34/8 s b h per layer; 1F1B holds 16 micro-batches.
     for run in LLAMA3_405B_TABLE4:
         mem = run.memory()
-        assert mem.total < 80e9                                 # fits an 80 GB H100
+        assert mem.total < 80e9  # fits an 80 GB H100
     first = LLAMA3_405B_TABLE4[1].memory()
     pc = param_count(PRESETS["llama3.1-405b"])
     psi = (7 * pc.per_layer + pc.embedding) / 8
@@ -49,7 +58,7 @@ def test_deepseek_v3_parameter_count():
     # "671B total parameters, 37B activated for each token" (DeepSeek-AI 2024, abstract).
     p = deepseek_v3_params()
     assert round(p.total / 1e9) == 671
-    assert round(p.activated / 1e9) == 37                      # without the input embedding
+    assert round(p.activated / 1e9) == 37  # without the input embedding
     assert p.expert == 3 * 7168 * 2048 and p.attention_per_layer == 187_107_328
 
 
@@ -61,10 +70,9 @@ def test_deepseek_v3_memory_per_gpu():
     assert round(per_stage[0] / GB, 1) == 19.4 and round(per_stage[1] / GB, 1) == 12.7
     assert DEEPSEEK_V3_RECIPE.per_param == 14
     p = deepseek_v3_params()
-    non_expert, expert = deepseek_v3_stage_memory(1)           # 4 MoE layers, 16 experts each
+    non_expert, expert = deepseek_v3_stage_memory(1)  # 4 MoE layers, 16 experts each
     dense = 4 * (p.attention_per_layer + p.norms_per_layer + p.expert + p.router)
-    assert non_expert == pytest.approx(model_state_memory(dense, DEEPSEEK_V3_RECIPE, 1,
-                                                          128).total)
+    assert non_expert == pytest.approx(model_state_memory(dense, DEEPSEEK_V3_RECIPE, 1, 128).total)
     assert expert == pytest.approx((6 + 8 / 2) * 4 * 4 * p.expert)
 
 

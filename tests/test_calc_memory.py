@@ -1,16 +1,25 @@
 """Model-state memory vs the ZeRO paper and Transformer Math 101 (labs 01, 05)."""
+
 import math
 
 import pytest
 
-from lab_utils.calc import (GB, RECIPES, Recipe, fmt_bytes, max_params_that_fit,
-                            model_state_memory, zero_memory_table)
+from lab_utils.calc import (
+    GB,
+    RECIPES,
+    Recipe,
+    fmt_bytes,
+    max_params_that_fit,
+    model_state_memory,
+    zero_memory_table,
+)
 
 
 def test_zero_figure1_7p5b_on_64_ranks():
     # Rajbhandari et al. 2020 Fig. 1: 120 / 31.4 / 16.6 / 1.9 GB (decimal GB).
-    got = [model_state_memory(7.5e9, "mixed_adam", stage, dp=64).total / GB
-           for stage in (0, 1, 2, 3)]
+    got = [
+        model_state_memory(7.5e9, "mixed_adam", stage, dp=64).total / GB for stage in (0, 1, 2, 3)
+    ]
     assert got == pytest.approx([120, 31.40625, 16.640625, 1.875])
     assert [round(g, 1) for g in got] == [120.0, 31.4, 16.6, 1.9]
 
@@ -42,25 +51,29 @@ def test_zero_table1(key):
 
 
 def test_transformer_math_101_numbers():
-    assert RECIPES["mixed_adam"].per_param == 16          # 2 + 2 + 4 + 4 + 4
-    assert model_state_memory(7e9).total == 112 * GB       # 7B does not fit an 80 GB GPU
+    assert RECIPES["mixed_adam"].per_param == 16  # 2 + 2 + 4 + 4 + 4
+    assert model_state_memory(7e9).total == 112 * GB  # 7B does not fit an 80 GB GPU
     assert model_state_memory(3e9).total == 48 * GB
     assert fmt_bytes(model_state_memory(7e9).total) == "112.0 GB"
     assert RECIPES["fp32_adam"].per_param == 16
     assert RECIPES["fp32_sgd_momentum"].per_param == 12
-    assert RECIPES["mixed_adam_8bit"].per_param == 10      # 8-bit m and v: 2 B instead of 8
+    assert RECIPES["mixed_adam_8bit"].per_param == 10  # 8-bit m and v: 2 B instead of 8
     assert RECIPES["mixed_adam_fp32_grad_copy"].per_param == 20
 
 
-@pytest.mark.parametrize("name, fixed, sharded", [
-    ("mixed_adam_fp32_grad_copy", 4, 16),   # Megatron: fp16 param, fp16 grads: 4 + 16/d
-    ("mixed_adam_fp32_grads", 6, 12),       # bf16 param, fp32 grads: 6 + 12/d
-    ("fp32_adam", 8, 8),                    # fp32 param, fp32 grads: 8 + 8/d
-])
+@pytest.mark.parametrize(
+    "name, fixed, sharded",
+    [
+        ("mixed_adam_fp32_grad_copy", 4, 16),  # Megatron: fp16 param, fp16 grads: 4 + 16/d
+        ("mixed_adam_fp32_grads", 6, 12),  # bf16 param, fp32 grads: 6 + 12/d
+        ("fp32_adam", 8, 8),  # fp32 param, fp32 grads: 8 + 8/d
+    ],
+)
 def test_megatron_distributed_optimizer_table(name, fixed, sharded):
     d = 8
     assert model_state_memory(1.0, name, zero_stage=1, dp=d).total == pytest.approx(
-        fixed + sharded / d)
+        fixed + sharded / d
+    )
 
 
 def test_zero_formulas_general():
@@ -98,15 +111,18 @@ def test_max_params_that_fit():
     assert max_params_that_fit(80 * GB, zero_stage=3, dp=64) == pytest.approx(320e9)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: model_state_memory(1e9, zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
-    (lambda: model_state_memory(1e9, "lion"), "recipe must be one of"),
-    (lambda: model_state_memory(-1), "n_params must be a number >= 0"),
-    (lambda: model_state_memory(1e9, dp=0), "dp must be a whole number >= 1"),
-    (lambda: max_params_that_fit(80e9, reserved_bytes=90e9), "leaves no memory"),
-    (lambda: fmt_bytes(1e9, "gigs"), "unknown unit 'gigs'"),
-    (lambda: fmt_bytes(float("nan")), "cannot format NaN"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: model_state_memory(1e9, zero_stage=4), "zero_stage must be 0, 1, 2 or 3"),
+        (lambda: model_state_memory(1e9, "lion"), "recipe must be one of"),
+        (lambda: model_state_memory(-1), "n_params must be a number >= 0"),
+        (lambda: model_state_memory(1e9, dp=0), "dp must be a whole number >= 1"),
+        (lambda: max_params_that_fit(80e9, reserved_bytes=90e9), "leaves no memory"),
+        (lambda: fmt_bytes(1e9, "gigs"), "unknown unit 'gigs'"),
+        (lambda: fmt_bytes(float("nan")), "cannot format NaN"),
+    ],
+)
 def test_memory_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -121,5 +137,6 @@ def test_lab01_recipes_amp_and_pure_bf16():
 
 def test_logits_bytes():
     from lab_utils.calc import logits_bytes
+
     assert logits_bytes(2048, 1, 32000) == 4 * 2048 * 32000
     assert logits_bytes(2048, 2, 32000, tp=4, bytes_per_value=2) == 2 * 2048 * 2 * 32000 / 4

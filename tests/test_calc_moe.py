@@ -1,13 +1,22 @@
 """calc.moe against published MoE sizes, and its memory / all-to-all arithmetic by hand."""
+
 import dataclasses
 
 import pytest
 
 from lab_utils import calc
-from lab_utils.calc import (DEEPSEEK_V3_LAYOUT, MOE_PRESETS, MOE_PUBLISHED, MoEConfig,
-                            all_to_all_bytes_per_layer, gqa_attention_params,
-                            mla_attention_params, model_state_memory, moe_memory_per_rank,
-                            moe_param_count)
+from lab_utils.calc import (
+    DEEPSEEK_V3_LAYOUT,
+    MOE_PRESETS,
+    MOE_PUBLISHED,
+    MoEConfig,
+    all_to_all_bytes_per_layer,
+    gqa_attention_params,
+    mla_attention_params,
+    model_state_memory,
+    moe_memory_per_rank,
+    moe_param_count,
+)
 
 
 @pytest.mark.parametrize("name", sorted(MOE_PUBLISHED))
@@ -30,8 +39,15 @@ def test_mixtral_by_hand():
 
 
 def test_deepseek_v3_attention_is_mla_by_hand():
-    mla = (7168 * 1536 + 1536 + 1536 * 128 * 192                  # queries (with q_a norm)
-           + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168)  # keys/values, output
+    mla = (
+        7168 * 1536
+        + 1536
+        + 1536 * 128 * 192  # queries (with q_a norm)
+        + 7168 * 576
+        + 512
+        + 512 * 128 * 256
+        + 128 * 128 * 7168
+    )  # keys/values, output
     assert mla_attention_params(7168, 128, 1536, 512, 128, 64, 128) == mla == 187_107_328
     assert gqa_attention_params(4096, 32, 8) == 41_943_040
 
@@ -53,7 +69,7 @@ def test_memory_per_rank_splits_experts_over_ep_and_state_over_dp():
     assert m.dense_params == count.non_expert / 16
     assert m.expert_bytes == model_state_memory(m.expert_params, zero_stage=1, dp=2).total
     assert m.dense_bytes == model_state_memory(m.dense_params, zero_stage=1, dp=128).total
-    assert 10e9 < m.total < 12e9       # ~10.8 GB of model state per GPU at 16 B/param
+    assert 10e9 < m.total < 12e9  # ~10.8 GB of model state per GPU at 16 B/param
     one_gpu = moe_memory_per_rank(cfg, ep=1)
     assert one_gpu.total == pytest.approx(16 * count.total)  # the whole model, 10.7 TB
     # the misconception: active parameters x 16 B is 20x less than what one replica holds
@@ -68,27 +84,40 @@ def test_all_to_all_volume_by_hand():
     assert v.step == 2 * v.forward == 2 * (v.dispatch + v.combine)
     assert v.inter_node_fraction == pytest.approx(56 / 63)
     padded = all_to_all_bytes_per_layer(4096, 7168, 8, 64, padded_capacity_factor=1.25)
-    assert padded.dispatch == pytest.approx(1.25 * all_to_all_bytes_per_layer(
-        4096, 7168, 8, 64).dispatch)
-    assert all_to_all_bytes_per_layer(16, 8, 2, 1).forward == 0        # one rank: nothing moves
+    assert padded.dispatch == pytest.approx(
+        1.25 * all_to_all_bytes_per_layer(4096, 7168, 8, 64).dispatch
+    )
+    assert all_to_all_bytes_per_layer(16, 8, 2, 1).forward == 0  # one rank: nothing moves
     assert all_to_all_bytes_per_layer(16, 8, 2, 4, gpus_per_node=8).inter_node_fraction == 0
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: moe_memory_per_rank(MOE_PRESETS["mixtral-8x7b"], ep=3), "divide"),
-    (lambda: moe_memory_per_rank(MOE_PRESETS["mixtral-8x7b"], ep=0), "ep"),
-    (lambda: all_to_all_bytes_per_layer(0, 8, 2, 2), "tokens_per_rank"),
-    (lambda: all_to_all_bytes_per_layer(8, 8, 2, 2, padded_capacity_factor=-1), "padded"),
-    (lambda: MoEConfig("x", 10, 8, 2, 100, n_experts=4, top_k=5, expert_ffn=8), "top_k"),
-    (lambda: MoEConfig("x", 10, 8, 2, 100, n_experts=4, top_k=1, expert_ffn=8,
-                       n_dense_layers=1), "dense_ffn"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: moe_memory_per_rank(MOE_PRESETS["mixtral-8x7b"], ep=3), "divide"),
+        (lambda: moe_memory_per_rank(MOE_PRESETS["mixtral-8x7b"], ep=0), "ep"),
+        (lambda: all_to_all_bytes_per_layer(0, 8, 2, 2), "tokens_per_rank"),
+        (lambda: all_to_all_bytes_per_layer(8, 8, 2, 2, padded_capacity_factor=-1), "padded"),
+        (lambda: MoEConfig("x", 10, 8, 2, 100, n_experts=4, top_k=5, expert_ffn=8), "top_k"),
+        (
+            lambda: MoEConfig(
+                "x", 10, 8, 2, 100, n_experts=4, top_k=1, expert_ffn=8, n_dense_layers=1
+            ),
+            "dense_ffn",
+        ),
+    ],
+)
 def test_bad_inputs_give_readable_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
 
 
 def test_exported_from_calc():
-    for name in ("moe_param_count", "moe_memory_per_rank", "all_to_all_bytes_per_layer",
-                 "MOE_PRESETS", "DEEPSEEK_V3_LAYOUT"):
+    for name in (
+        "moe_param_count",
+        "moe_memory_per_rank",
+        "all_to_all_bytes_per_layer",
+        "MOE_PRESETS",
+        "DEEPSEEK_V3_LAYOUT",
+    ):
         assert name in calc.__all__ and hasattr(calc, name)

@@ -1,8 +1,15 @@
 """Parameter counts vs published sizes (lab 01)."""
+
 import pytest
 
-from lab_utils.calc import (NARAYANAN_TABLE1, PRESETS, ModelConfig, narayanan_param_count,
-                            param_count, preset)
+from lab_utils.calc import (
+    NARAYANAN_TABLE1,
+    PRESETS,
+    ModelConfig,
+    narayanan_param_count,
+    param_count,
+    preset,
+)
 
 
 @pytest.mark.parametrize("run", NARAYANAN_TABLE1, ids=lambda r: f"{r.params_b}B")
@@ -21,21 +28,25 @@ def test_narayanan_table1_param_counts(run):
 def test_exact_count_matches_narayanan_formula_plus_final_layernorm(run):
     exact = param_count(run.config).total
     assert exact - narayanan_param_count(run.n_layers, run.hidden) == pytest.approx(
-        2 * run.hidden, abs=1e-3 * run.hidden)  # only the final LayerNorm (2h) differs
+        2 * run.hidden, abs=1e-3 * run.hidden
+    )  # only the final LayerNorm (2h) differs
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("gpt2-small", 124_439_808),       # HF GPT-2 (tied head) parameter count
-    ("gpt2-medium", 354_823_168),
-    ("gpt2-large", 774_030_080),
-    ("gpt2-xl", 1_557_611_200),
-    ("llama2-7b", 6_738_415_616),      # Llama 2 "7B"
-    ("llama2-13b", 13_015_864_320),
-    ("llama2-70b", 68_976_648_192),    # GQA 8 KV heads, ffn 28672
-    ("llama3-8b", 8_030_261_248),
-    ("llama3-70b", 70_553_706_496),
-    ("llama3.2-1b", 1_235_814_400),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("gpt2-small", 124_439_808),  # HF GPT-2 (tied head) parameter count
+        ("gpt2-medium", 354_823_168),
+        ("gpt2-large", 774_030_080),
+        ("gpt2-xl", 1_557_611_200),
+        ("llama2-7b", 6_738_415_616),  # Llama 2 "7B"
+        ("llama2-13b", 13_015_864_320),
+        ("llama2-70b", 68_976_648_192),  # GQA 8 KV heads, ffn 28672
+        ("llama3-8b", 8_030_261_248),
+        ("llama3-70b", 70_553_706_496),
+        ("llama3.2-1b", 1_235_814_400),
+    ],
+)
 def test_presets_exact_counts(name, expected):
     assert param_count(PRESETS[name]).total == expected
 
@@ -47,10 +58,10 @@ def test_gpt3_is_about_175b():
 
 def test_breakdown_llama2_7b():
     pc = param_count(PRESETS["llama2-7b"])
-    assert pc.embedding == pc.head == 32000 * 4096      # untied head
-    assert pc.mlp == 32 * 3 * 4096 * 11008               # SwiGLU: three matrices
-    assert pc.attention == 32 * 4 * 4096 * 4096          # MHA, no biases
-    assert pc.norms == 65 * 4096                         # 2 RMSNorms/layer + final
+    assert pc.embedding == pc.head == 32000 * 4096  # untied head
+    assert pc.mlp == 32 * 3 * 4096 * 11008  # SwiGLU: three matrices
+    assert pc.attention == 32 * 4 * 4096 * 4096  # MHA, no biases
+    assert pc.norms == 65 * 4096  # 2 RMSNorms/layer + final
     assert sum(pc.as_dict().values()) == pc.total
 
 
@@ -70,13 +81,16 @@ def test_defaults_ffn_and_kv_heads():
     assert cfg.ffn == 256 and cfg.kv_heads == 4 and cfg.head_dim == 16
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(hidden=65, n_heads=4), "divisible by n_heads"),
-    (dict(hidden=64, n_heads=4, n_kv_heads=3), "multiple of n_kv_heads"),
-    (dict(hidden=64, n_heads=4, norm="batchnorm"), "norm must be one of"),
-    (dict(hidden=64, n_heads=4, position="alibi"), "position must be one of"),
-    (dict(hidden=0, n_heads=4), "hidden must be a whole number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(hidden=65, n_heads=4), "divisible by n_heads"),
+        (dict(hidden=64, n_heads=4, n_kv_heads=3), "multiple of n_kv_heads"),
+        (dict(hidden=64, n_heads=4, norm="batchnorm"), "norm must be one of"),
+        (dict(hidden=64, n_heads=4, position="alibi"), "position must be one of"),
+        (dict(hidden=0, n_heads=4), "hidden must be a whole number"),
+    ],
+)
 def test_model_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ModelConfig(vocab_size=100, n_layers=2, **kwargs)

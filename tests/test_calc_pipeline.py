@@ -1,4 +1,5 @@
 """Pipeline bubbles: closed forms, simulated schedules, measured timelines (lab 07)."""
+
 import pytest
 
 from lab_utils.calc import Event, bubble, bubble_from_timeline, schedule
@@ -10,7 +11,9 @@ def test_bubble_closed_forms():
     g = bubble("gpipe", 4, 8)
     assert (g.of_ideal, g.of_total) == pytest.approx((3 / 8, 3 / 11))
     assert (bubble("1f1b", 4, 8).of_ideal, bubble("1f1b", 4, 8).of_total) == (
-        g.of_ideal, g.of_total)                               # same bubble as GPipe
+        g.of_ideal,
+        g.of_total,
+    )  # same bubble as GPipe
     i = bubble("interleaved", 4, 8, v=2)
     assert (i.of_ideal, i.of_total) == pytest.approx((3 / 16, 3 / 19))
     for b in (g, i, bubble("zb-h1", 4, 8)):
@@ -68,12 +71,11 @@ def test_zb_h1_simulation(p, m):
     assert meas.max == pytest.approx(bubble("zb-h1", p, m).of_total, abs=1e-12)
     # idle time is one third of 1F1B's: (p-1) vs 3(p-1) time units
     assert meas.max * s.makespan == pytest.approx((p - 1) * 1.0)
-    assert max(s.peak_in_flight) <= p                       # 1F1B's memory
+    assert max(s.peak_in_flight) <= p  # 1F1B's memory
     assert sum(e.kind == "W" for e in s.events) == p * m
 
 
-@pytest.mark.parametrize("name, v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2),
-                                     ("zb-h1", 1)])
+@pytest.mark.parametrize("name, v", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)])
 def test_schedules_respect_dependencies(name, v):
     p, m = 4, 8
     s = schedule(name, p, m, v)
@@ -95,8 +97,11 @@ def test_schedules_respect_dependencies(name, v):
 
 def test_bubble_from_measured_timeline_dicts():
     # Two ranks over [0, 10]: rank 0 busy 0-4 and 3-6 (overlap merged -> 6), rank 1 busy 5-10.
-    ev = [{"rank": 0, "start": 0, "end": 4}, {"rank": 0, "start": 3, "end": 6},
-          {"rank": 1, "start": 5, "end": 10}]
+    ev = [
+        {"rank": 0, "start": 0, "end": 4},
+        {"rank": 0, "start": 3, "end": 6},
+        {"rank": 1, "start": 5, "end": 10},
+    ]
     g = bubble_from_timeline(ev)
     assert g.per_rank == pytest.approx({0: 0.4, 1: 0.5}) and g.makespan == 10
     r = bubble_from_timeline(ev, window="rank")
@@ -105,23 +110,29 @@ def test_bubble_from_measured_timeline_dicts():
     assert obj.mean == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: bubble("interleaved", 4, 6, v=2), "multiple of p=4.*use m = 8"),
-    (lambda: schedule("interleaved", 4, 6, v=2), "multiple of p=4"),
-    (lambda: bubble("interleaved", 4, 8, v=1), "needs v >= 2"),
-    (lambda: schedule("1f1b", 4, 8, v=2), "only applies to the 'interleaved'"),
-    (lambda: bubble("dualpipe", 4, 8), "schedule must be one of"),
-    (lambda: schedule("zb-h2", 4, 8), "name must be one of"),
-    (lambda: bubble("zb-h1", 4, 8, t_b=2.0, t_w=2.0), "t_w=2.0 must be smaller than t_b"),
-    (lambda: schedule("1f1b", 0, 8), "p must be a whole number >= 1"),
-    (lambda: schedule("1f1b", 2, 2, t_f=0), "t_f must be a positive number"),
-    (lambda: bubble_from_timeline([]), "timeline is empty"),
-    (lambda: bubble_from_timeline([{"rank": 0, "start": 0}]), "no 'end' key"),
-    (lambda: bubble_from_timeline([object()]), "no attribute 'rank'"),
-    (lambda: bubble_from_timeline([{"rank": 0, "start": 2, "end": 1}]), "ends before it starts"),
-    (lambda: bubble_from_timeline([{"rank": 0, "start": 1, "end": 1}]), "zero length"),
-    (lambda: bubble_from_timeline([{"rank": 0, "start": 0, "end": 1}], "wall"), "window must"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: bubble("interleaved", 4, 6, v=2), "multiple of p=4.*use m = 8"),
+        (lambda: schedule("interleaved", 4, 6, v=2), "multiple of p=4"),
+        (lambda: bubble("interleaved", 4, 8, v=1), "needs v >= 2"),
+        (lambda: schedule("1f1b", 4, 8, v=2), "only applies to the 'interleaved'"),
+        (lambda: bubble("dualpipe", 4, 8), "schedule must be one of"),
+        (lambda: schedule("zb-h2", 4, 8), "name must be one of"),
+        (lambda: bubble("zb-h1", 4, 8, t_b=2.0, t_w=2.0), "t_w=2.0 must be smaller than t_b"),
+        (lambda: schedule("1f1b", 0, 8), "p must be a whole number >= 1"),
+        (lambda: schedule("1f1b", 2, 2, t_f=0), "t_f must be a positive number"),
+        (lambda: bubble_from_timeline([]), "timeline is empty"),
+        (lambda: bubble_from_timeline([{"rank": 0, "start": 0}]), "no 'end' key"),
+        (lambda: bubble_from_timeline([object()]), "no attribute 'rank'"),
+        (
+            lambda: bubble_from_timeline([{"rank": 0, "start": 2, "end": 1}]),
+            "ends before it starts",
+        ),
+        (lambda: bubble_from_timeline([{"rank": 0, "start": 1, "end": 1}]), "zero length"),
+        (lambda: bubble_from_timeline([{"rank": 0, "start": 0, "end": 1}], "wall"), "window must"),
+    ],
+)
 def test_pipeline_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -141,13 +152,16 @@ def test_peak_in_flight_closed_form_equals_simulation(p, m):
     assert tuple(peak_in_flight("zb-h1", p, m, s) for s in range(p)) == sim
 
 
-@pytest.mark.parametrize("p, m, v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (4, 4, 2), (8, 16, 2),
-                                     (4, 12, 3)])
+@pytest.mark.parametrize(
+    "p, m, v", [(2, 4, 2), (4, 8, 2), (4, 8, 4), (4, 4, 2), (8, 16, 2), (4, 12, 3)]
+)
 def test_interleaved_peak_equals_simulation(p, m, v):
-    sim = schedule("interleaved", p, m, v).peak_in_flight          # in chunks of 1/v stage
+    sim = schedule("interleaved", p, m, v).peak_in_flight  # in chunks of 1/v stage
     assert tuple(peak_in_flight("interleaved", p, m, s, v) * v for s in range(p)) == sim
     if m > p:  # Korthikanti et al. 2022 Sec. 4: the first stage holds p (1 + (p-1)/(p v))
-        assert peak_in_flight("interleaved", p, m, 0, v) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+        assert peak_in_flight("interleaved", p, m, 0, v) == pytest.approx(
+            p * (1 + (p - 1) / (p * v))
+        )
 
 
 def test_zero_bubble_schedules_qi_et_al_2023():
@@ -156,16 +170,18 @@ def test_zero_bubble_schedules_qi_et_al_2023():
     # of 1F1B (p, p, 2p-1, p micro-batches on the busiest stage); p2p traffic 2x for ZB-V.
     p, m = 8, 32
     eq = dict(t_f=1.0, t_b=2.0, t_w=1.0)
-    rows = {name: pipeline_facts(name, p, m, **({} if name in ("1f1b", "gpipe") else eq))
-            for name in ("1f1b", "zb-h1", "zb-h2", "zb-v")}
+    rows = {
+        name: pipeline_facts(name, p, m, **({} if name in ("1f1b", "gpipe") else eq))
+        for name in ("1f1b", "zb-h1", "zb-h2", "zb-v")
+    }
     assert rows["1f1b"].bubble.of_ideal == pytest.approx((p - 1) / m)
     assert rows["zb-h1"].bubble.of_ideal == pytest.approx((p - 1) / (3 * m))
     assert rows["zb-h2"].bubble.of_ideal == 0 and rows["zb-v"].bubble.of_ideal == 0
     assert [rows[k].peak for k in ("1f1b", "zb-h1", "zb-h2", "zb-v")] == [p, p, 2 * p - 1, p]
     assert rows["zb-h2"].peak_per_stage == tuple(float(2 * (p - s) - 1) for s in range(p))
-    assert rows["zb-v"].peak_per_stage == (float(p),) * p          # balanced over workers
+    assert rows["zb-v"].peak_per_stage == (float(p),) * p  # balanced over workers
     assert [rows[k].p2p_factor for k in ("1f1b", "zb-h1", "zb-h2", "zb-v")] == [1, 1, 1, 2]
-    assert p2p_factor("interleaved", v=4) == 4                     # v p - 1 chunk boundaries
+    assert p2p_factor("interleaved", v=4) == 4  # v p - 1 chunk boundaries
     assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"}
 
 

@@ -1,8 +1,18 @@
 """3D planner: worked examples of the syllabus and config checking (labs 08, 12)."""
+
 import pytest
 
-from lab_utils.calc import (PRESETS, best_per_layout, check_config, dgx_a100, dgx_h100, evaluate,
-                            model_state_memory, param_count, plan)
+from lab_utils.calc import (
+    PRESETS,
+    best_per_layout,
+    check_config,
+    dgx_a100,
+    dgx_h100,
+    evaluate,
+    model_state_memory,
+    param_count,
+    plan,
+)
 
 LLAMA70 = PRESETS["llama2-70b"]
 H100x32 = dgx_h100(32)  # 256 GPUs, 8 per node, 80 GB
@@ -15,10 +25,10 @@ def plans_70b():
 
 def test_70b_on_256_gpus_tp8_pp4_dp8_is_a_top_choice(plans_70b):
     best = plans_70b[0]
-    assert best.feasible and best.tp <= 8 and best.pp > 1       # TP in a node, PP across
+    assert best.feasible and best.tp <= 8 and best.pp > 1  # TP in a node, PP across
     cfg = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=8, pp=4, zero_stage=1)
     assert cfg.feasible and cfg.memory_bytes < 80e9
-    assert cfg.step_s <= 1.10 * best.step_s                     # within 10% of the best
+    assert cfg.step_s <= 1.10 * best.step_s  # within 10% of the best
     layouts = [p.layout for p in best_per_layout(plans_70b)]
     assert (8, 8, 4) in layouts[:12]
 
@@ -26,9 +36,10 @@ def test_70b_on_256_gpus_tp8_pp4_dp8_is_a_top_choice(plans_70b):
 def test_70b_memory_breakdown_by_hand():
     cfg = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=8, pp=4, zero_stage=1)
     pc = param_count(LLAMA70)
-    first_stage = (20 * pc.per_layer + pc.embedding) / 8        # 20 layers + embedding, TP=8
+    first_stage = (20 * pc.per_layer + pc.embedding) / 8  # 20 layers + embedding, TP=8
     assert cfg.model_state.total == pytest.approx(
-        model_state_memory(first_stage, zero_stage=1, dp=8).total)
+        model_state_memory(first_stage, zero_stage=1, dp=8).total
+    )
     assert cfg.model_state.total == pytest.approx(11.95e9, rel=0.01)
     assert cfg.n_micro == 128 and cfg.bubble == pytest.approx(3 / 128)
 
@@ -36,8 +47,7 @@ def test_70b_memory_breakdown_by_hand():
 def test_70b_plain_ddp_does_not_fit():
     ddp = check_config(LLAMA70, H100x32, 1024, 4096, dp=256, tp=1, pp=1, zero_stage=0)
     assert not ddp.feasible
-    assert any(p.startswith("needs 1") and p.endswith("GB > 80.0 GB per GPU")
-               for p in ddp.problems)
+    assert any(p.startswith("needs 1") and p.endswith("GB > 80.0 GB per GPU") for p in ddp.problems)
     assert ddp.model_state.total == pytest.approx(16 * param_count(LLAMA70).total)
 
 
@@ -45,20 +55,19 @@ def test_tp_across_nodes_is_flagged_and_slow():
     bad = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=16, pp=2)
     assert not bad.feasible
     assert any("TP=16 spans 2 nodes" in p for p in bad.problems)
-    ok = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=16, pp=2,
-                      allow_tp_across_nodes=True)
+    ok = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=16, pp=2, allow_tp_across_nodes=True)
     assert ok.feasible and any("spans 2 nodes" in w for w in ok.warnings)
     tp8 = check_config(LLAMA70, H100x32, 1024, 4096, dp=8, tp=8, pp=4)
-    assert ok.tp_comm_s > 5 * tp8.tp_comm_s                    # 50 GB/s IB vs 450 GB/s NVLink
+    assert ok.tp_comm_s > 5 * tp8.tp_comm_s  # 50 GB/s IB vs 450 GB/s NVLink
 
 
 def test_gpt3_on_1024_a100():
     plans = plan(PRESETS["gpt3-175b"], dgx_a100(128), global_batch=1536, seq_len=2048)
     best = plans[0]
-    assert best.tp == 8 and best.pp >= 4                        # Narayanan: t=8 for big models
+    assert best.tp == 8 and best.pp >= 4  # Narayanan: t=8 for big models
     ref = check_config(PRESETS["gpt3-175b"], dgx_a100(128), 1536, 2048, dp=16, tp=8, pp=8)
     assert ref.feasible and ref.step_s <= 1.05 * best.step_s
-    assert 0.3 < ref.mfu < 0.5                                  # Narayanan report 44-52%
+    assert 0.3 < ref.mfu < 0.5  # Narayanan report 44-52%
 
 
 def test_small_model_prefers_plain_data_parallel():
@@ -69,8 +78,8 @@ def test_small_model_prefers_plain_data_parallel():
 def test_ranking_and_top_k(plans_70b):
     feas = [p for p in plans_70b if p.feasible]
     assert [p.step_s for p in feas] == sorted(p.step_s for p in feas)
-    assert all(p.feasible for p in plans_70b[:len(feas)])
-    assert not any(p.feasible for p in plans_70b[len(feas):])
+    assert all(p.feasible for p in plans_70b[: len(feas)])
+    assert not any(p.feasible for p in plans_70b[len(feas) :])
     assert len(plan(LLAMA70, H100x32, 1024, 4096, top_k=5)) == 5
 
 
@@ -101,44 +110,87 @@ def test_warnings_for_few_microbatches_and_zero2_with_pp():
     assert c.bubble == pytest.approx(3 / 2)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: check_config(LLAMA70, H100x32, 1024, 4096, 8, 8, 4, zero_stage=5),
-     "zero_stage must be 0, 1, 2 or 3"),
-    (lambda: check_config(LLAMA70, H100x32, 1024, 4096, 8, 8, 4, recompute="some"),
-     "recompute must be one of"),
-    (lambda: check_config(LLAMA70, H100x32, 0, 4096, 8, 8, 4), "global_batch must be"),
-    (lambda: plan(LLAMA70, dgx_h100(1), 7, 4096, micro_batches=(2,)), "no layout divides"),
-    (lambda: plan(LLAMA70, dgx_h100(1), 8, 4096, micro_batches=(0,)), "each micro batch"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: check_config(LLAMA70, H100x32, 1024, 4096, 8, 8, 4, zero_stage=5),
+            "zero_stage must be 0, 1, 2 or 3",
+        ),
+        (
+            lambda: check_config(LLAMA70, H100x32, 1024, 4096, 8, 8, 4, recompute="some"),
+            "recompute must be one of",
+        ),
+        (lambda: check_config(LLAMA70, H100x32, 0, 4096, 8, 8, 4), "global_batch must be"),
+        (lambda: plan(LLAMA70, dgx_h100(1), 7, 4096, micro_batches=(2,)), "no layout divides"),
+        (lambda: plan(LLAMA70, dgx_h100(1), 8, 4096, micro_batches=(0,)), "each micro batch"),
+    ],
+)
 def test_planner_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
 
 
-@pytest.mark.parametrize("model, cluster, batch, seq, kwargs", [
-    ("llama2-7b", dgx_a100(2), 128, 4096, {}),
-    ("llama2-70b", H100x32, 16, 4096, {"allow_tp_across_nodes": True}),  # bubble warnings
-    ("1b", dgx_h100(1), 24, 2048, {"recipe": "fp32_sgd_momentum", "zero_stages": (3, 1),
-                                   "micro_batches": [8, 1, 1], "compute_efficiency": 1}),
-    ("gpt2-small", dgx_a100(3), 48, 1024, {"recomputes": ("full", "none"), "top_k": 9}),
-])
+@pytest.mark.parametrize(
+    "model, cluster, batch, seq, kwargs",
+    [
+        ("llama2-7b", dgx_a100(2), 128, 4096, {}),
+        ("llama2-70b", H100x32, 16, 4096, {"allow_tp_across_nodes": True}),  # bubble warnings
+        (
+            "1b",
+            dgx_h100(1),
+            24,
+            2048,
+            {
+                "recipe": "fp32_sgd_momentum",
+                "zero_stages": (3, 1),
+                "micro_batches": [8, 1, 1],
+                "compute_efficiency": 1,
+            },
+        ),
+        ("gpt2-small", dgx_a100(3), 48, 1024, {"recomputes": ("full", "none"), "top_k": 9}),
+    ],
+)
 def test_plan_matches_evaluate_exactly(model, cluster, batch, seq, kwargs):
     # plan() shares work across candidates (calc._layout_cost); it must return exactly what
     # evaluating every candidate with evaluate() and sorting gives: same plans, same order,
     # bit-identical numbers, same problems and warnings.
     cfg = PRESETS[model]
-    opts = {"micro_batches": (1, 2, 4, 8), "recomputes": ("none", "selective", "full"),
-            "zero_stages": (0, 1, 2, 3), "recipe": "mixed_adam",
-            "allow_tp_across_nodes": False, "compute_efficiency": 0.5}
+    opts = {
+        "micro_batches": (1, 2, 4, 8),
+        "recomputes": ("none", "selective", "full"),
+        "zero_stages": (0, 1, 2, 3),
+        "recipe": "mixed_adam",
+        "allow_tp_across_nodes": False,
+        "compute_efficiency": 0.5,
+    }
     opts.update({k: v for k, v in kwargs.items() if k != "top_k"})
-    ref = [evaluate(cfg, cluster, batch, seq, dp, tp, pp, zero, mb, rc, opts["recipe"], True,
-                    opts["allow_tp_across_nodes"], opts["compute_efficiency"])
-           for dp, tp, pp in _layouts(cfg, cluster.world)
-           for zero in opts["zero_stages"] if dp > 1 or zero == 0
-           for mb in opts["micro_batches"] if batch % (dp * mb) == 0
-           for rc in opts["recomputes"]]
+    ref = [
+        evaluate(
+            cfg,
+            cluster,
+            batch,
+            seq,
+            dp,
+            tp,
+            pp,
+            zero,
+            mb,
+            rc,
+            opts["recipe"],
+            True,
+            opts["allow_tp_across_nodes"],
+            opts["compute_efficiency"],
+        )
+        for dp, tp, pp in _layouts(cfg, cluster.world)
+        for zero in opts["zero_stages"]
+        if dp > 1 or zero == 0
+        for mb in opts["micro_batches"]
+        if batch % (dp * mb) == 0
+        for rc in opts["recomputes"]
+    ]
     ref.sort(key=lambda pl: (not pl.feasible, pl.step_s if pl.feasible else pl.memory_bytes))
-    ref = ref[:kwargs["top_k"]] if "top_k" in kwargs else ref
+    ref = ref[: kwargs["top_k"]] if "top_k" in kwargs else ref
     for _ in range(2):  # the second call answers from the cached per-layout tables
         got = plan(cfg, cluster, batch, seq, **kwargs)
         assert [type(p) for p in got] == [type(p) for p in ref]
@@ -148,10 +200,13 @@ def test_plan_matches_evaluate_exactly(model, cluster, batch, seq, kwargs):
 
 def _layouts(cfg, world):
     """(dp, tp, pp) in plan's order: tp | heads, pp | layers, dp * tp * pp = world."""
-    return [(world // (tp * pp), tp, pp) for tp in range(1, world + 1)
-            if world % tp == 0 and cfg.n_heads % tp == 0
-            for pp in range(1, world // tp + 1)
-            if (world // tp) % pp == 0 and cfg.n_layers % pp == 0]
+    return [
+        (world // (tp * pp), tp, pp)
+        for tp in range(1, world + 1)
+        if world % tp == 0 and cfg.n_heads % tp == 0
+        for pp in range(1, world // tp + 1)
+        if (world // tp) % pp == 0 and cfg.n_layers % pp == 0
+    ]
 
 
 def test_plan_unusual_options_fail_like_evaluate():

@@ -1,4 +1,5 @@
 """The calculators stay pure, documented and short (STYLE.md principle 8)."""
+
 import ast
 import inspect
 import pathlib

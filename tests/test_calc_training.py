@@ -1,4 +1,5 @@
 """Time, GPU-hours and cost to train vs Narayanan et al. 2021 Sec. 5.1 and DeepSeek-V3."""
+
 import pytest
 
 from lab_utils.calc import DEEPSEEK_V3, NARAYANAN_SEC51, mfu_from_gpu_hours, time_to_train
@@ -11,8 +12,8 @@ def test_narayanan_end_to_end_estimates(est):
     t = est.estimate()
     assert round(t.days) == est.printed_days
     assert t.flops == 8 * est.n_tokens * est.n_params
-    assert t.hfu == pytest.approx(est.tflops_per_gpu / 312)      # X over the A100 peak
-    assert t.mfu == pytest.approx(t.hfu * 6 / 8)                 # the recomputed forward
+    assert t.hfu == pytest.approx(est.tflops_per_gpu / 312)  # X over the A100 peak
+    assert t.mfu == pytest.approx(t.hfu * 6 / 8)  # the recomputed forward
     assert t.gpu_hours == pytest.approx(t.days * 24 * est.n_gpus)
 
 
@@ -28,8 +29,9 @@ def test_mfu_path_and_recompute_only_moves_hfu():
     b = time_to_train(70e9, 2e12, 1024, mfu=0.4, peak_flops=989e12, recompute="full")
     assert a.seconds == b.seconds == pytest.approx(6 * 2e12 * 70e9 / (1024 * 989e12 * 0.4))
     assert (a.hfu, b.hfu) == pytest.approx((0.4, 0.4 * 8 / 6))
-    assert time_to_train(70e9, 2e12, 2048, mfu=0.4, peak_flops=989e12).gpu_hours == \
-        pytest.approx(a.gpu_hours)                                # more GPUs: same GPU-hours
+    assert time_to_train(70e9, 2e12, 2048, mfu=0.4, peak_flops=989e12).gpu_hours == pytest.approx(
+        a.gpu_hours
+    )  # more GPUs: same GPU-hours
 
 
 def test_deepseek_v3_budget():
@@ -40,10 +42,15 @@ def test_deepseek_v3_budget():
     assert d.cost == d.printed_cost
     assert d.gpu_hours_per_trillion * d.tokens / 1e12 == pytest.approx(d.pretrain_gpu_hours)
     assert round(d.days(d.gpu_hours_per_trillion), 1) == d.printed_days_per_trillion
-    assert round(d.days(d.pretrain_gpu_hours), 1) == 54.2             # under two months
+    assert round(d.days(d.pretrain_gpu_hours), 1) == 54.2  # under two months
     # implied MFU of 37B activated parameters at the H800's bf16 dense peak
     assert round(100 * mfu_from_gpu_hours(37e9, 14.8e12, 2.664e6, 989e12), 1) == 34.6
-    t = time_to_train(37e9, 14.8e12, 2048, mfu=mfu_from_gpu_hours(37e9, 14.8e12, 2.664e6,
-                                                                    989e12),
-                      peak_flops=989e12, price_per_gpu_hour=2.0)
+    t = time_to_train(
+        37e9,
+        14.8e12,
+        2048,
+        mfu=mfu_from_gpu_hours(37e9, 14.8e12, 2.664e6, 989e12),
+        peak_flops=989e12,
+        price_per_gpu_hour=2.0,
+    )
     assert t.gpu_hours == pytest.approx(2.664e6) and t.cost == pytest.approx(5.328e6)

@@ -1,5 +1,6 @@
 """Flashcards: the deck (coverage, calc-backed numbers, validation), Leitner boxes, the progress
 file, the review widget (driven by .click()) and the terminal quiz (piped stdin)."""
+
 from __future__ import annotations
 
 import io
@@ -12,11 +13,26 @@ from pathlib import Path
 import pytest
 
 from lab_utils import calc
-from lab_utils.cards import (LAB_TITLES, MISCONCEPTIONS, CardState, DeckError, Progress,
-                             ProgressStore, ReviewSession, answer, check_deck, cli_main,
-                             interval, is_due, load_deck, load_progress, progress_path,
-                             review_widget, save_progress)
-from lab_utils.cards import resolver
+from lab_utils.cards import (
+    LAB_TITLES,
+    MISCONCEPTIONS,
+    CardState,
+    DeckError,
+    Progress,
+    ProgressStore,
+    ReviewSession,
+    answer,
+    check_deck,
+    cli_main,
+    interval,
+    is_due,
+    load_deck,
+    load_progress,
+    progress_path,
+    resolver,
+    review_widget,
+    save_progress,
+)
 from lab_utils.cards.widget import text_html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +53,14 @@ def card(card_id):
 
 # --- the deck -----------------------------------------------------------------------------
 
+
 def test_deck_is_big_covers_every_lab_and_passes_its_self_test():
     cards = load_deck()
     assert len(cards) >= 120
-    notebooks = {p.name[:2] for p in (Path(__file__).resolve().parents[1] / "labs").glob("[0-9][0-9]_*.ipynb")}
+    notebooks = {
+        p.name[:2]
+        for p in (Path(__file__).resolve().parents[1] / "labs").glob("[0-9][0-9]_*.ipynb")
+    }
     assert set(LAB_TITLES) == notebooks, "every lab notebook has a deck title, and only those"
     for lab in LAB_TITLES:
         assert len(load_deck(labs=lab)) >= 5, f"lab {lab} has fewer than 5 cards"
@@ -53,9 +73,16 @@ def test_deck_is_big_covers_every_lab_and_passes_its_self_test():
 
 def test_every_syllabus_misconception_has_a_card_that_states_the_correct_version():
     assert set(MISCONCEPTIONS) == {
-        "myth-ring-latency", "myth-zero-comm", "myth-zero1-memory", "myth-1f1b-bubble",
-        "myth-bubble-ratio", "myth-pp-activations", "myth-tp-sp", "myth-dataparallel",
-        "myth-mixed-precision"}
+        "myth-ring-latency",
+        "myth-zero-comm",
+        "myth-zero1-memory",
+        "myth-1f1b-bubble",
+        "myth-bubble-ratio",
+        "myth-pp-activations",
+        "myth-tp-sp",
+        "myth-dataparallel",
+        "myth-mixed-precision",
+    }
     for tag in MISCONCEPTIONS:
         assert load_deck(topics=tag), f"no card for {tag}"
     ring = card("coll-myth-ring-latency")
@@ -92,12 +119,28 @@ def test_calc_backed_answers_equal_calc_and_the_published_figures():
 
 
 def test_numbers_follow_calc_when_calc_changes(tmp_path, monkeypatch):
-    deck = _deck(tmp_path, [_card_yaml("a-card", back="limit {value}",
-                                       calc="{fn: amdahl_limit, args: {serial_fraction: 0.05}, unit: x, digits: 0}")])
+    deck = _deck(
+        tmp_path,
+        [
+            _card_yaml(
+                "a-card",
+                back="limit {value}",
+                calc="{fn: amdahl_limit, args: {serial_fraction: 0.05}, unit: x, digits: 0}",
+            )
+        ],
+    )
     assert load_deck(deck_dir=deck)[0].back == "limit 20x"
     monkeypatch.setitem(resolver.CALC_FUNCTIONS, "amdahl_limit", lambda serial_fraction: 99.0)
-    fresh = _deck(tmp_path / "again", [_card_yaml("a-card", back="limit {value}",
-                                       calc="{fn: amdahl_limit, args: {serial_fraction: 0.05}, unit: x, digits: 0}")])
+    fresh = _deck(
+        tmp_path / "again",
+        [
+            _card_yaml(
+                "a-card",
+                back="limit {value}",
+                calc="{fn: amdahl_limit, args: {serial_fraction: 0.05}, unit: x, digits: 0}",
+            )
+        ],
+    )
     assert load_deck(deck_dir=fresh)[0].back == "limit 99x"
 
 
@@ -112,7 +155,10 @@ def test_filters_by_lab_and_topic():
 
 
 def _card_yaml(cid, lab='"05"', front="Q?", back="A.", calc=None, extra=""):
-    text = f"  - id: {cid}\n    lab: {lab}\n    topics: [zero]\n    front: {front}\n    back: '{back}'\n"
+    text = (
+        f"  - id: {cid}\n    lab: {lab}\n    topics: [zero]\n    front: {front}\n"
+        f"    back: '{back}'\n"
+    )
     return text + (f"    calc: {calc}\n" if calc else "") + extra
 
 
@@ -122,28 +168,69 @@ def _deck(root, cards, name="05_x.yaml"):
     return root
 
 
-@pytest.mark.parametrize("cards, expected", [
-    ([_card_yaml("a", extra="    frnt: typo\n")], "unknown field(s) ['frnt']"),
-    ([_card_yaml("a"), _card_yaml("a")], "duplicate id"),
-    (["  - id: a\n    topics: [x]\n    front: Q\n    back: A\n"], "missing 'lab'"),
-    ([_card_yaml("a", lab='"99"')], "lab must be one of"),
-    ([_card_yaml("a", back="{value}", calc="{fn: __import__, args: {name: os}}")],
-     "is not an allowed calculator"),
-    ([_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {s: 0.05}}")],
-     "bad arguments for amdahl_limit"),
-    ([_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {serial_fraction: 2}}")],
-     "fraction between 0 and 1"),
-    ([_card_yaml("a", back="{value}", calc="{fn: bubble, args: {schedule: gpipe, p: 4, m: 4}, field: nope}")],
-     "has no field 'nope'"),
-    ([_card_yaml("a", back="{valeu}", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}}")],
-     "placeholder {valeu} has no calc value"),
-    ([_card_yaml("a", back="no number", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}}")],
-     "never shown"),
-    ([_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}, unit: parsecs}")],
-     "unknown unit 'parsecs'"),
-    ([_card_yaml("a", extra="    back: twice\n")], "duplicate key 'back'"),
-    ([_card_yaml("a", back="at $3 per GPU-hour: $1.5M")], "typesets as LaTeX"),
-])
+@pytest.mark.parametrize(
+    "cards, expected",
+    [
+        ([_card_yaml("a", extra="    frnt: typo\n")], "unknown field(s) ['frnt']"),
+        ([_card_yaml("a"), _card_yaml("a")], "duplicate id"),
+        (["  - id: a\n    topics: [x]\n    front: Q\n    back: A\n"], "missing 'lab'"),
+        ([_card_yaml("a", lab='"99"')], "lab must be one of"),
+        (
+            [_card_yaml("a", back="{value}", calc="{fn: __import__, args: {name: os}}")],
+            "is not an allowed calculator",
+        ),
+        (
+            [_card_yaml("a", back="{value}", calc="{fn: amdahl_limit, args: {s: 0.05}}")],
+            "bad arguments for amdahl_limit",
+        ),
+        (
+            [
+                _card_yaml(
+                    "a", back="{value}", calc="{fn: amdahl_limit, args: {serial_fraction: 2}}"
+                )
+            ],
+            "fraction between 0 and 1",
+        ),
+        (
+            [
+                _card_yaml(
+                    "a",
+                    back="{value}",
+                    calc="{fn: bubble, args: {schedule: gpipe, p: 4, m: 4}, field: nope}",
+                )
+            ],
+            "has no field 'nope'",
+        ),
+        (
+            [
+                _card_yaml(
+                    "a", back="{valeu}", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}}"
+                )
+            ],
+            "placeholder {valeu} has no calc value",
+        ),
+        (
+            [
+                _card_yaml(
+                    "a", back="no number", calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}}"
+                )
+            ],
+            "never shown",
+        ),
+        (
+            [
+                _card_yaml(
+                    "a",
+                    back="{value}",
+                    calc="{fn: amdahl_limit, args: {serial_fraction: 0.5}, unit: parsecs}",
+                )
+            ],
+            "unknown unit 'parsecs'",
+        ),
+        ([_card_yaml("a", extra="    back: twice\n")], "duplicate key 'back'"),
+        ([_card_yaml("a", back="at $3 per GPU-hour: $1.5M")], "typesets as LaTeX"),
+    ],
+)
 def test_broken_decks_give_readable_errors(tmp_path, cards, expected):
     deck = _deck(tmp_path, cards)
     with pytest.raises(DeckError) as info:
@@ -162,6 +249,7 @@ def test_self_test_also_checks_coverage(tmp_path):
 
 
 # --- Leitner boxes and the progress file -------------------------------------------------
+
 
 def test_leitner_transitions_and_schedule():
     assert [interval(b) for b in range(1, 6)] == [1, 2, 4, 8, 16]
@@ -191,8 +279,14 @@ def test_progress_round_trip_is_atomic_and_path_is_overridable(tmp_path, monkeyp
     assert progress_path() == tmp_path / ".distributed_labs" / "cards_progress.json"
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"version": 1, "sessions": 2, "cards": '
-                                     '{"a": {"box": 9, "last_session": 1, "seen": 1, "correct": 1}}}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        '{"version": 1, "sessions": 2, "cards": '
+        '{"a": {"box": 9, "last_session": 1, "seen": 1, "correct": 1}}}',
+    ],
+)
 def test_corrupted_progress_is_backed_up_never_overwritten(progress_file, content):
     progress_file.parent.mkdir(parents=True)
     progress_file.write_text(content)
@@ -216,14 +310,21 @@ def test_store_writes_nothing_until_an_answer_and_counts_one_session(progress_fi
     store.record("a", True)  # re-reads the file: c survives
     saved = load_progress()
     assert saved.sessions == 2 and {k: v.box for k, v in saved.cards.items()} == {
-        "a": 3, "b": 1, "c": 2}
+        "a": 3,
+        "b": 1,
+        "c": 2,
+    }
 
 
 def test_session_serves_due_cards_lowest_box_first():
     cards = load_deck(labs="07")[:4]
     # box 3 comes back every 4th session: seen in session 7, due in session 11
-    save_progress(Progress(sessions=10, cards={cards[0].id: CardState(3, 7, 1, 1),
-                                               cards[1].id: CardState(2, 10, 1, 1)}))
+    save_progress(
+        Progress(
+            sessions=10,
+            cards={cards[0].id: CardState(3, 7, 1, 1), cards[1].id: CardState(2, 10, 1, 1)},
+        )
+    )
     store = ProgressStore()
     session = ReviewSession(cards, store)
     assert cards[1] not in session.queue  # box 2, seen last session: not due yet
@@ -243,6 +344,7 @@ def test_session_serves_due_cards_lowest_box_first():
 
 
 # --- widget and terminal quiz --------------------------------------------------------------
+
 
 def test_review_widget_driven_by_clicks(progress_file):
     w = review_widget(lab="04", limit=3)
@@ -299,10 +401,13 @@ def test_cli_interactive_list_self_test_and_bad_input(tmp_path):
     class Tty(io.StringIO):
         def isatty(self):
             return True
+
     out = io.StringIO()
     path = tmp_path / "p.json"
-    assert cli_main(["--topic", "amdahl", "--progress", str(path)],
-                    stdin=Tty("\ny\nq\n"), stdout=out) == 0
+    assert (
+        cli_main(["--topic", "amdahl", "--progress", str(path)], stdin=Tty("\ny\nq\n"), stdout=out)
+        == 0
+    )
     assert "[Enter] show the answer" in out.getvalue() and len(load_progress(path).cards) == 1
     out = io.StringIO()
     assert cli_main(["--lab", "07", "--list"], stdout=out) == 0
@@ -316,9 +421,15 @@ def test_cli_interactive_list_self_test_and_bad_input(tmp_path):
 
 def test_python_dash_m_with_a_pipe(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), LAB_CARDS_PROGRESS=str(tmp_path / "p.json"))
-    res = subprocess.run([sys.executable, "-m", "lab_utils.cards", "--lab", "01", "--n", "2"],
-                         input="y\ny\n", capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "lab_utils.cards", "--lab", "01", "--n", "2"],
+        input="y\ny\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "You knew 2 of 2" in res.stdout
     assert json.loads((tmp_path / "p.json").read_text())["sessions"] == 1

@@ -12,10 +12,10 @@ from lab_utils.calc import ring_bytes_per_rank
 
 def _everything(ctx):
     from lab_utils.experiments import lab03
-    from lab_utils.parallel import collectives as C
     from lab_utils.measure import CommLedger
+    from lab_utils.parallel import collectives as C
 
-    n, r = ctx.world_size, ctx.rank
+    r = ctx.rank
     out = {"sums": [], "bytes": {}}
     for numel in (4096, 13, 4):
         x = torch.randn(numel, generator=torch.Generator().manual_seed(r * 7 + numel))
@@ -39,8 +39,12 @@ def _everything(ctx):
             rs_sent = led.bytes_sent()
             C.ring_all_gather(got, sub)
         g = dist.get_rank(sub)
-        out["sub"] = (torch.equal(chunk, want[4 * g:4 * g + 4]), torch.equal(got, want),
-                      rs_sent, led.bytes_sent())
+        out["sub"] = (
+            torch.equal(chunk, want[4 * g : 4 * g + 4]),
+            torch.equal(got, want),
+            rs_sent,
+            led.bytes_sent(),
+        )
     out["hier"] = _hierarchical(C, ctx)
     out["before_after"] = lab03.collective_before_after(ctx)
     out["sweep"] = lab03.all_reduce_sweep(ctx, [16, 4096], [2, 4], repeats=1)
@@ -51,6 +55,7 @@ def _hierarchical(C, ctx):
     """2 nodes x 2 ranks: the phases' bytes (lab 03's experiment), the whole against
     dist.all_reduce on 13 elements (chunks of uneven size), and an impossible node size."""
     from lab_utils.experiments import lab03
+
     phases = lab03.hierarchical_bytes(ctx, 2)
     intra, inter = C.node_groups(2)
     odd = torch.arange(13.0) * (ctx.rank + 1)
@@ -70,8 +75,10 @@ def test_hierarchical_all_reduce_sends_a_g_th_over_the_network():
     d = 4096 * 4
     for out in res:
         phases, equal, error = out["hier"]
-        assert [phases[k] for k in ("intra-node reduce-scatter", "inter-node all-reduce",
-                                    "intra-node all-gather")] == [d / 2, 2 * (1 / 2) * d / 2, d / 2]
+        assert [
+            phases[k]
+            for k in ("intra-node reduce-scatter", "inter-node all-reduce", "intra-node all-gather")
+        ] == [d / 2, 2 * (1 / 2) * d / 2, d / 2]
         assert phases["flat ring"] == 2 * 3 / 4 * d and phases["correct"] and equal
         assert "must divide the world size 4" in error
 
@@ -99,8 +106,12 @@ def test_ring_and_parameter_server_match_torch_and_formulas():
             assert sw["sends"]["ring"] == 2 * (m - 1) and sw["sends"]["gloo"] == 0
             assert sw["bytes"]["ring"] == sw["bytes"]["gloo"] == 2 * (m - 1) / m * 4096
             assert sw["sends"]["parameter_server"] == (m - 1 if r == 0 else 1)
-            assert sw["phases"]["reduce_scatter"] == sw["phases"]["all_gather"] \
-                == ring_bytes_per_rank("all_gather", m, 4096) == (m - 1) / m * 4096
+            assert (
+                sw["phases"]["reduce_scatter"]
+                == sw["phases"]["all_gather"]
+                == ring_bytes_per_rank("all_gather", m, 4096)
+                == (m - 1) / m * 4096
+            )
             assert all(t > 0 for ts in sw["times"].values() for t in ts)
             assert all(len(ts) == 2 for ts in sw["times"].values())
         if r > 0:

@@ -1,6 +1,7 @@
 """The concept pictures (issue 36, T6): each builds at the notebook width, draws what the code
 does (bytes from calc, the dispatch order of expert_parallel, the mesh's rank numbering), and bad
 input raises a ValueError naming the argument."""
+
 from __future__ import annotations
 
 import re
@@ -50,10 +51,22 @@ def test_zero_partition_shards_sit_at_each_ranks_offset():
 
 def test_fsdp_lifecycle_order_and_held_units():
     ev = cf.fsdp_lifecycle_events(["a", "b"])
-    assert ev == [("a", "all-gather"), ("a", "forward"), ("a", "free"), ("b", "all-gather"),
-                  ("b", "forward"), ("b", "free"), ("b", "all-gather"), ("b", "backward"),
-                  ("b", "reduce-scatter"), ("b", "free"), ("a", "all-gather"), ("a", "backward"),
-                  ("a", "reduce-scatter"), ("a", "free")]
+    assert ev == [
+        ("a", "all-gather"),
+        ("a", "forward"),
+        ("a", "free"),
+        ("b", "all-gather"),
+        ("b", "forward"),
+        ("b", "free"),
+        ("b", "all-gather"),
+        ("b", "backward"),
+        ("b", "reduce-scatter"),
+        ("b", "free"),
+        ("a", "all-gather"),
+        ("a", "backward"),
+        ("a", "reduce-scatter"),
+        ("a", "free"),
+    ]
     no_reshard = cf.fsdp_lifecycle_events(["a", "b"], reshard_after_forward=False)
     assert [a for u, a in no_reshard].count("all-gather") == 2
     held = 0  # without resharding, both units are full from their forward to their backward
@@ -77,11 +90,17 @@ def test_moe_dispatch_follows_the_code_order():
     assert "y<sub>t0</sub> = 0.6·E2 + 0.4·E0" in texts
     labels = [a.text for a in fig.layout.annotations]
     # rank 0 sorts its slots by expert, stable in token order (dispatch_and_combine's argsort)
-    assert labels[12:18] == ["t0 → E0", "t2 → E0", "t1 → E1", "t2 → E1", "t0 → E2",
-                             "t1 → E3"]
+    assert labels[12:18] == ["t0 → E0", "t2 → E0", "t1 → E1", "t2 → E1", "t0 → E2", "t1 → E3"]
     # rank 0 receives [source][expert]: its own four rows, then rank 1's three
-    assert labels[24:31] == ["r0 t0 → E0", "r0 t2 → E0", "r0 t1 → E1", "r0 t2 → E1",
-                             "r1 t1 → E0", "r1 t0 → E1", "r1 t1 → E1"]
+    assert labels[24:31] == [
+        "r0 t0 → E0",
+        "r0 t2 → E0",
+        "r0 t1 → E1",
+        "r0 t2 → E1",
+        "r1 t1 → E0",
+        "r1 t0 → E1",
+        "r1 t1 → E1",
+    ]
     assert sorted(t.name for t in fig.data) == sorted(2 * ["E0", "E1", "E2", "E3"])
     # per (token, slot): 4 moves (solid), then 1 gate line into its token's sum (dotted)
     assert sum(t.x.count(None) for t in fig.data if t.line.dash == "solid") == 4 * 12
@@ -97,8 +116,9 @@ def test_mesh_links_match_topology_numbering():
     titan = cf.mesh_links(dict(tp=2, cp=2, dp=2, pp=2), ("pp", "dp", "cp", "tp"), 8)
     llama = cf.mesh_links(dict(tp=2, cp=2, dp=2, pp=2), ("dp", "pp", "cp", "tp"), 8)
     assert {r["axis"]: r["link"] for r in titan}["pp"] == "network"
-    assert {r["axis"]: r["link"] for r in llama} == dict(tp="NVLink", cp="NVLink", pp="NVLink",
-                                                         dp="network")
+    assert {r["axis"]: r["link"] for r in llama} == dict(
+        tp="NVLink", cp="NVLink", pp="NVLink", dp="network"
+    )
     mixed = cf.mesh_links(dict(tp=3, dp=4), ("dp", "tp"), 4)
     assert mixed[0]["link"] == "both"  # tp groups (0, 1, 2) inside node 0, (3, 4, 5) across
     fig = cf.mesh_hierarchy_figure(name="torchtitan")
@@ -109,30 +129,45 @@ def test_mesh_links_match_topology_numbering():
     assert "rank 0's group [0, 8]; every group across nodes: <b>network</b>" in texts
 
 
-@pytest.mark.parametrize("build, field", [
-    (lambda: cf.zero_partition_figure(dp=1), "dp"),
-    (lambda: cf.zero_partition_figure(n_params=-1.0), "n_params"),
-    (lambda: cf.zero_partition_figure(recipe_name="fp64"), "recipe"),
-    (lambda: cf.fsdp_lifecycle_figure(units="block"), "units"),
-    (lambda: cf.fsdp_lifecycle_figure(units=["a", "a"]), "units"),
-    (lambda: cf.fsdp_lifecycle_figure(units=list("abcdefg")), "units"),
-    (lambda: cf.fsdp_lifecycle_figure(reshard_after_forward="no"), "reshard_after_forward"),
-    (lambda: cf.moe_dispatch_figure(n_experts=3), "n_experts"),
-    (lambda: cf.moe_dispatch_figure(routing=[[(0, 9)], [(1, 2)]], gates=[[(.5, .5)], [(.5, .5)]]),
-     "routing[0][0]"),
-    (lambda: cf.moe_dispatch_figure(routing=[[(0, 1)], [(1, 2)]], gates=[[(.5, 2.0)], [(.5, .5)]]),
-     "gates[0][0]"),
-    (lambda: cf.moe_dispatch_figure(routing=[[(0, 1)], [(1,)]], gates=[[(.5, .5)], [(1.0,)]]),
-     "routing[1][0]"),
-    (lambda: cf.moe_dispatch_figure(gates=[[(.5, .5)]]), "gates"),
-    (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2, dp=2), order=("dp", "pp")), "order"),
-    (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2.0)), "sizes['tp']"),
-    (lambda: cf.mesh_hierarchy_figure(gpus_per_node=3), "gpus_per_node"),
-    (lambda: cf.mesh_hierarchy_figure(sizes=[2, 2]), "sizes"),
-    (lambda: cf.mesh_hierarchy_figure(name=3), "name"),
-    (lambda: cf.mesh_links(dict(tp=8, dp=8), ("dp", "tp"), 8), "sizes"),
-    (lambda: cf.mesh_links(dict(tp=16), ("tp",), 16), "gpus_per_node"),
-])
+@pytest.mark.parametrize(
+    "build, field",
+    [
+        (lambda: cf.zero_partition_figure(dp=1), "dp"),
+        (lambda: cf.zero_partition_figure(n_params=-1.0), "n_params"),
+        (lambda: cf.zero_partition_figure(recipe_name="fp64"), "recipe"),
+        (lambda: cf.fsdp_lifecycle_figure(units="block"), "units"),
+        (lambda: cf.fsdp_lifecycle_figure(units=["a", "a"]), "units"),
+        (lambda: cf.fsdp_lifecycle_figure(units=list("abcdefg")), "units"),
+        (lambda: cf.fsdp_lifecycle_figure(reshard_after_forward="no"), "reshard_after_forward"),
+        (lambda: cf.moe_dispatch_figure(n_experts=3), "n_experts"),
+        (
+            lambda: cf.moe_dispatch_figure(
+                routing=[[(0, 9)], [(1, 2)]], gates=[[(0.5, 0.5)], [(0.5, 0.5)]]
+            ),
+            "routing[0][0]",
+        ),
+        (
+            lambda: cf.moe_dispatch_figure(
+                routing=[[(0, 1)], [(1, 2)]], gates=[[(0.5, 2.0)], [(0.5, 0.5)]]
+            ),
+            "gates[0][0]",
+        ),
+        (
+            lambda: cf.moe_dispatch_figure(
+                routing=[[(0, 1)], [(1,)]], gates=[[(0.5, 0.5)], [(1.0,)]]
+            ),
+            "routing[1][0]",
+        ),
+        (lambda: cf.moe_dispatch_figure(gates=[[(0.5, 0.5)]]), "gates"),
+        (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2, dp=2), order=("dp", "pp")), "order"),
+        (lambda: cf.mesh_hierarchy_figure(sizes=dict(tp=2.0)), "sizes['tp']"),
+        (lambda: cf.mesh_hierarchy_figure(gpus_per_node=3), "gpus_per_node"),
+        (lambda: cf.mesh_hierarchy_figure(sizes=[2, 2]), "sizes"),
+        (lambda: cf.mesh_hierarchy_figure(name=3), "name"),
+        (lambda: cf.mesh_links(dict(tp=8, dp=8), ("dp", "tp"), 8), "sizes"),
+        (lambda: cf.mesh_links(dict(tp=16), ("tp",), 16), "gpus_per_node"),
+    ],
+)
 def test_bad_input_names_the_field(build, field):
     with pytest.raises(ValueError, match=f"^(each value in )?{re.escape(field)}"):
         build()

@@ -4,6 +4,7 @@ One launch of 4 ranks: two rings of 2 and one ring of 4, causal and not. Output 
 gradients of q, k and v must match full attention on one rank; the bytes each rank sends must
 equal the formula (N-1) x (K, V) forward, plus N x (dK, dV) backward.
 """
+
 import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
@@ -19,8 +20,10 @@ def test_full_attention_is_the_textbook_one():
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(B, H, T, HD, generator=g) for _ in range(3))
     for causal in (True, False):
-        assert_close(full_attention(q, k, v, causal),
-                     F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        assert_close(
+            full_attention(q, k, v, causal),
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        )
 
 
 def test_ring_bytes_formula():
@@ -31,8 +34,9 @@ def test_ring_bytes_formula():
 
 
 def test_ring_attention_matches_full_attention():
-    res = run(check_ring, 4, (2, 4), B, H, T, HD, timeout_s=180, quiet=True,
-              preload=("torch._dynamo",))  # imported by every rank otherwise (~2 s CPU each)
+    res = run(
+        check_ring, 4, (2, 4), B, H, T, HD, timeout_s=180, quiet=True, preload=("torch._dynamo",)
+    )  # imported by every rank otherwise (~2 s CPU each)
     rows = [row for rank_rows in res for row in rank_rows]
     assert {(r.n, r.causal) for r in rows} == {(2, True), (2, False), (4, True), (4, False)}
     for r in rows:

@@ -1,11 +1,22 @@
 """The differential bisector and the bug zoo (lab_utils.correctness): every bug found at its op,
 every fix clean (one 4-rank launch for the whole zoo); bad input named, not compared."""
+
 import pytest
 import torch
 
 from lab_utils.cli import main as cli_main
-from lab_utils.correctness import (Case, FlatShard, Layout, LayoutError, Partial, Replicate,
-                                   Shard, bisect, reassemble, replicated)
+from lab_utils.correctness import (
+    Case,
+    FlatShard,
+    Layout,
+    LayoutError,
+    Partial,
+    Replicate,
+    Shard,
+    bisect,
+    reassemble,
+    replicated,
+)
 from lab_utils.correctness.bisector import judge, reference_events
 from lab_utils.correctness.compare import compare
 from lab_utils.correctness.zoo import BUGS, run_zoo
@@ -14,8 +25,11 @@ from lab_utils.correctness.zoo import BUGS, run_zoo
 def test_every_zoo_bug_is_found_at_its_op_and_every_fix_is_clean():
     assert len(BUGS) >= 10
     rows = run_zoo()
-    bad = [f"{r.bug}: named {r.named!r}, expected {r.expected!r}, fixed {r.fixed}: {r.detail}"
-           for r in rows if not r.ok]
+    bad = [
+        f"{r.bug}: named {r.named!r}, expected {r.expected!r}, fixed {r.fixed}: {r.detail}"
+        for r in rows
+        if not r.ok
+    ]
     assert not bad, "\n".join(bad)
     by_name = {r.bug: r for r in rows}
     # the pieces that are wrong, not the whole tensor: ranks 1 and 2 took the wrong TP shard,
@@ -30,29 +44,44 @@ def test_reassemble_shards_replicas_partials_and_flat_shards():
     full = torch.arange(24.0).view(4, 6)
     # dp x tp: rows over dp, columns over tp
     pieces = {0: full[:2, :3], 1: full[:2, 3:], 2: full[2:, :3], 3: full[2:, 3:]}
-    [(t, ranks)] = reassemble("w", Layout(((0, 1), (2, 3)), (Shard(0), Shard(1))), pieces,
-                              full.shape)
+    [(t, ranks)] = reassemble(
+        "w", Layout(((0, 1), (2, 3)), (Shard(0), Shard(1))), pieces, full.shape
+    )
     assert torch.equal(t, full.double()) and ranks == (0, 1, 2, 3)
-    reps = reassemble("w", Layout(((0, 1), (2, 3)), (Replicate(), Shard(1))),
-                      {0: full[:, :3], 1: full[:, 3:], 2: full[:, :3], 3: full[:, 3:]}, full.shape)
+    reps = reassemble(
+        "w",
+        Layout(((0, 1), (2, 3)), (Replicate(), Shard(1))),
+        {0: full[:, :3], 1: full[:, 3:], 2: full[:, :3], 3: full[:, 3:]},
+        full.shape,
+    )
     assert [r for _, r in reps] == [(0, 1), (2, 3)]
-    [(s, _)] = reassemble("loss", Layout((0, 1), (Partial("avg"),)),
-                          {0: torch.tensor(1.0), 1: torch.tensor(3.0)}, torch.Size([]))
+    [(s, _)] = reassemble(
+        "loss",
+        Layout((0, 1), (Partial("avg"),)),
+        {0: torch.tensor(1.0), 1: torch.tensor(3.0)},
+        torch.Size([]),
+    )
     assert float(s) == 2.0
     flat = torch.cat([full.flatten(), torch.zeros(2)])  # padded to 26 = 2 x 13
-    [(f, _)] = reassemble("w", Layout((0, 1), (FlatShard(),)), {0: flat[:13], 1: flat[13:]},
-                          full.shape)
+    [(f, _)] = reassemble(
+        "w", Layout((0, 1), (FlatShard(),)), {0: flat[:13], 1: flat[13:]}, full.shape
+    )
     assert torch.equal(f, full.double())
 
 
 def test_a_layout_that_cannot_be_reassembled_names_the_tensor_and_the_layout():
     layout = Layout((0, 1), (Shard(0),))
     with pytest.raises(LayoutError, match=r"'fc1.weight'.*Shard\(0\).*\(5, 3\)"):
-        reassemble("fc1.weight", layout, {0: torch.ones(2, 3), 1: torch.ones(3, 3)},
-                   torch.Size([4, 3]))
+        reassemble(
+            "fc1.weight", layout, {0: torch.ones(2, 3), 1: torch.ones(3, 3)}, torch.Size([4, 3])
+        )
     with pytest.raises(LayoutError, match=r"'fc1.weight'.*Shard\(1\).*cannot be combined"):
-        reassemble("fc1.weight", Layout((0, 1), (Shard(1),)),
-                   {0: torch.ones(2, 3), 1: torch.ones(3, 3)}, torch.Size([2, 6]))
+        reassemble(
+            "fc1.weight",
+            Layout((0, 1), (Shard(1),)),
+            {0: torch.ones(2, 3), 1: torch.ones(3, 3)},
+            torch.Size([2, 6]),
+        )
     with pytest.raises(LayoutError, match=r"'emb.weight'.*ranks \[1\] recorded no piece"):
         reassemble("emb.weight", replicated((0, 1)), {0: torch.ones(2)}, torch.Size([2]))
     with pytest.raises(ValueError, match="2 axes but 1 placements"):
@@ -69,8 +98,11 @@ def _declares_shards_of_a_replica(env, rec):
 
 def test_bisect_refuses_pieces_that_do_not_fit_their_layout():
     case = Case("wrong layout", 4, _declares_shards_of_a_replica, _one_weight)
-    with pytest.raises(LayoutError, match=r"'grad w', layout mesh \(0, 1, 2, 3\) \[Shard\(0\)\]"
-                       r".*shape \(16, 3\) but the reference has \(4, 3\)"):
+    with pytest.raises(
+        LayoutError,
+        match=r"'grad w', layout mesh \(0, 1, 2, 3\) \[Shard\(0\)\]"
+        r".*shape \(16, 3\) but the reference has \(4, 3\)",
+    ):
         bisect(case)
     with pytest.raises(TypeError, match="a Case or a sequence of Cases"):
         bisect("sum_vs_avg")

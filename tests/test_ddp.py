@@ -1,9 +1,11 @@
-"""NaiveDDP and BucketDDP (lab_utils.parallel.data_parallel) against the single-process reference and torch DDP.
+"""NaiveDDP and BucketDDP (lab_utils.parallel.data_parallel) against the single-process reference
+and torch DDP.
 
 One launch per world size runs every check (each launch costs ~2 s on this machine): losses over
 several AdamW steps on a TinyGPT with TIED embeddings, gradients after one step, a ToyMLP with a
 frozen first layer, gradient accumulation with no_sync(), BatchNorm buffers, bucket layout.
 """
+
 import contextlib
 
 import pytest
@@ -14,8 +16,8 @@ from torch.testing import assert_close
 from lab_utils import run
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
 from lab_utils.experiments.lab04 import IMPLS, make_ddp, sync_gradients
-from lab_utils.parallel.data_parallel import BucketDDP
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
+from lab_utils.parallel.data_parallel import BucketDDP
 from lab_utils.reference import default_loss, forward_backward, make_optimizer, reference_run
 
 # The workers below must travel to the ranks by value: the ranks cannot import this test file.
@@ -59,16 +61,20 @@ def train(ctx, impl, model_fn, batches, accum=1, optimizer="adamw"):
             total += loss.item()
         sync_gradients(ddp)
         if i == 0:
-            first_grads = {n: p.grad.clone() for n, p in ddp.module.named_parameters()
-                           if p.grad is not None}
+            first_grads = {
+                n: p.grad.clone() for n, p in ddp.module.named_parameters() if p.grad is not None
+            }
         opt.step()
         losses.append(total)
     # the mean over ranks of the shard means is the global mean (equal shards)
     t = torch.tensor(losses)
     dist.all_reduce(t)
-    return {"losses": (t / ctx.world_size).tolist(), "grads": first_grads,
-            "state": {k: v.clone() for k, v in ddp.module.state_dict().items()},
-            "local_after_no_sync": local_after_no_sync}
+    return {
+        "losses": (t / ctx.world_size).tolist(),
+        "grads": first_grads,
+        "state": {k: v.clone() for k, v in ddp.module.state_dict().items()},
+        "local_after_no_sync": local_after_no_sync,
+    }
 
 
 class TwoHeads(torch.nn.Module):
@@ -90,8 +96,9 @@ def checks(ctx):
         out["accum", impl] = train(ctx, impl, ToyMLP, mlp_batches(), accum=ACCUM)
         # SGD: the bias before BatchNorm has a zero gradient in math; AdamW would blow its float
         # noise up to lr-sized steps and hide real differences in noise
-        out["bn", impl] = train(ctx, impl, lambda: ToyMLP(seed=0, batchnorm=True), mlp_batches(),
-                                optimizer="sgd")
+        out["bn", impl] = train(
+            ctx, impl, lambda: ToyMLP(seed=0, batchnorm=True), mlp_batches(), optimizer="sgd"
+        )
     # bucket layout: reverse registration order, each bucket reaches the cap unless it is last
     ddp = BucketDDP(gpt(), bucket_cap_bytes=4096)
     out["layout"] = {
@@ -124,8 +131,11 @@ def results(request):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("case", ["gpt", "frozen", "accum"])
 def test_matches_single_process_reference(results, impl, case):
-    model_fn, batches = {"gpt": (gpt, gpt_batches()), "frozen": (mlp_frozen, mlp_batches()),
-                         "accum": (ToyMLP, mlp_batches())}[case]
+    model_fn, batches = {
+        "gpt": (gpt, gpt_batches()),
+        "frozen": (mlp_frozen, mlp_batches()),
+        "accum": (ToyMLP, mlp_batches()),
+    }[case]
     accum = ACCUM if case == "accum" else 1
     ref = reference_run(model_fn, batches, STEPS, lr=1e-2, grad_accum=accum)
     ref_grads = reference_grads(model_fn, batches[0])
@@ -160,8 +170,12 @@ def test_no_sync_does_not_communicate(results, impl):
     local = [res["accum", impl]["local_after_no_sync"] for res in results]
     assert not torch.equal(local[0], local[1])
     for res in results[1:]:
-        assert_close(res["accum", impl]["grads"]["net.4.weight"],
-                     results[0]["accum", impl]["grads"]["net.4.weight"], rtol=0, atol=0)
+        assert_close(
+            res["accum", impl]["grads"]["net.4.weight"],
+            results[0]["accum", impl]["grads"]["net.4.weight"],
+            rtol=0,
+            atol=0,
+        )
 
 
 @pytest.mark.parametrize("impl", ["naive", "bucket"])
@@ -169,7 +183,9 @@ def test_batchnorm_buffers_follow_rank0_like_torch_ddp(results, impl):
     # per-rank batch statistics differ from the global batch's, so the reference is torch DDP
     for rank, res in enumerate(results):
         ours, theirs = res["bn", impl], res["bn", "torch"]
-        assert_close(torch.tensor(ours["losses"]), torch.tensor(theirs["losses"]), rtol=1e-4, atol=1e-6)
+        assert_close(
+            torch.tensor(ours["losses"]), torch.tensor(theirs["losses"]), rtol=1e-4, atol=1e-6
+        )
         for name, v in theirs["state"].items():
             assert_close(ours["state"][name], v, rtol=1e-4, atol=1e-6, msg=f"rank {rank} {name}")
 

@@ -2,22 +2,54 @@
 calculator recomputed here from the drill's parameters; right answers pass within tolerance;
 wrong ones are rejected with the explanation; every misconception is rejected AND named; input
 that is not a number submits nothing and says why; seeds and ids rebuild the same drill."""
+
 import pytest
 
-from lab_utils.calc import (DEVICES, GB, MB, MOE_PRESETS, activation_bytes_per_layer,
-                            all_to_all_bytes_per_layer, amdahl_speedup, bubble, collective_time,
-                            cp_bytes_per_rank,
-                            max_params_that_fit, mfu, model_state_memory, moe_memory_per_rank,
-                            peak_in_flight, ring_bytes_per_rank, time_to_train, tp_layer_comm)
-from lab_utils.practice.drills import (Drill, DrillSession, Mistake, kinds, lookup_drill,
-                                       make_drills)
+from lab_utils.calc import (
+    DEVICES,
+    GB,
+    MB,
+    MOE_PRESETS,
+    activation_bytes_per_layer,
+    all_to_all_bytes_per_layer,
+    amdahl_speedup,
+    bubble,
+    collective_time,
+    cp_bytes_per_rank,
+    max_params_that_fit,
+    mfu,
+    model_state_memory,
+    moe_memory_per_rank,
+    peak_in_flight,
+    ring_bytes_per_rank,
+    time_to_train,
+    tp_layer_comm,
+)
+from lab_utils.practice.drills import Drill, DrillSession, Mistake, kinds, lookup_drill, make_drills
 from lab_utils.practice.items import parse_answer
 
 SEEDS = range(40)
-REQUIRED = {"tp_bytes", "activations_tp", "mfu", "bubble", "pp_memory", "checkpoint_size",
-            "allreduce_time", "training_days", "training_cost", "moe_memory", "moe_all_to_all",
-            "long_context", "fp8_speedup", "model_state", "zero_memory", "ring_bytes", "amdahl",
-            "max_model", "cp_bytes"}
+REQUIRED = {
+    "tp_bytes",
+    "activations_tp",
+    "mfu",
+    "bubble",
+    "pp_memory",
+    "checkpoint_size",
+    "allreduce_time",
+    "training_days",
+    "training_cost",
+    "moe_memory",
+    "moe_all_to_all",
+    "long_context",
+    "fp8_speedup",
+    "model_state",
+    "zero_memory",
+    "ring_bytes",
+    "amdahl",
+    "max_model",
+    "cp_bytes",
+}
 
 
 def _expected(d: Drill) -> float:
@@ -35,13 +67,20 @@ def _expected(d: Drill) -> float:
     if k == "ring_bytes":
         return ring_bytes_per_rank("all_reduce", p["n"], p["size_bytes"]) / MB
     if k == "allreduce_time":
-        return 1e3 * collective_time("all_reduce", p["n"], p["size_bytes"], p["alpha_s"], p["bandwidth"])
+        return 1e3 * collective_time(
+            "all_reduce", p["n"], p["size_bytes"], p["alpha_s"], p["bandwidth"]
+        )
     if k == "tp_bytes":
         return tp_layer_comm(p["b"], p["s"], p["h"], p["t"]).bytes_per_rank / MB
     if k == "activations_tp":
-        return activation_bytes_per_layer(p["s"], 1, p["h"], p["a"], p["t"], p["sp"], "selective") / MB
+        return (
+            activation_bytes_per_layer(p["s"], 1, p["h"], p["a"], p["t"], p["sp"], "selective") / MB
+        )
     if k == "long_context":
-        return activation_bytes_per_layer(p["s"] // p["cp"], 1, p["h"], p["a"], flash_attention=True) / GB
+        return (
+            activation_bytes_per_layer(p["s"] // p["cp"], 1, p["h"], p["a"], flash_attention=True)
+            / GB
+        )
     if k == "cp_bytes":
         f = cp_bytes_per_rank(p["variant"], 1, p["a"], p["s"], p["h"] // p["a"], p["n"], 2)
         return (f.forward + f.backward) / GB
@@ -54,7 +93,9 @@ def _expected(d: Drill) -> float:
     if k == "pp_memory":
         if p["v"] == 1:
             return peak_in_flight("1f1b", p["p"], p["m"])
-        return peak_in_flight("interleaved", p["p"], p["m"], 0, p["v"]) / peak_in_flight("1f1b", p["p"], p["m"])
+        return peak_in_flight("interleaved", p["p"], p["m"], 0, p["v"]) / peak_in_flight(
+            "1f1b", p["p"], p["m"]
+        )
     if k == "amdahl":
         s = amdahl_speedup(p["serial_fraction"], p["n"])
         return s if p["ask"] == "speedup" else 100 * s / p["n"]
@@ -62,11 +103,18 @@ def _expected(d: Drill) -> float:
         return 100 * mfu(p["n_params"], p["tokens_per_s"], p["n"], DEVICES[p["device"]].peak_flops)
     if k in ("training_days", "training_cost"):
         if "mfu" in p:
-            est = time_to_train(p["n_params"], p["tokens"], p["n"], mfu=p["mfu"],
-                                peak_flops=DEVICES[p["device"]].peak_flops,
-                                price_per_gpu_hour=p.get("price", 0.0))
+            est = time_to_train(
+                p["n_params"],
+                p["tokens"],
+                p["n"],
+                mfu=p["mfu"],
+                peak_flops=DEVICES[p["device"]].peak_flops,
+                price_per_gpu_hour=p.get("price", 0.0),
+            )
         else:
-            est = time_to_train(p["n_params"], p["tokens"], p["n"], p["flops_per_gpu"], p["recompute"])
+            est = time_to_train(
+                p["n_params"], p["tokens"], p["n"], p["flops_per_gpu"], p["recompute"]
+            )
         return est.days if k == "training_days" else est.cost / 1e6
     if k == "fp8_speedup":
         return 1 / ((1 - p["matmul_share"]) + p["matmul_share"] / 2)
@@ -84,9 +132,9 @@ def test_answers_equal_calc_and_right_answers_pass(seed):
     for d in drills:
         assert d.answer == pytest.approx(_expected(d), rel=1e-12), d.question
         assert d.check(d.answer).accepted
-        assert d.check(d.answer * (1 + 0.9 * d.tolerance)).accepted   # inside the tolerance
-        assert d.check(f"{d.answer:.6g}").accepted                     # typed in a text box
-        assert d.check(f"{d.answer:.6g} {d.unit}").accepted            # with its unit
+        assert d.check(d.answer * (1 + 0.9 * d.tolerance)).accepted  # inside the tolerance
+        assert d.check(f"{d.answer:.6g}").accepted  # typed in a text box
+        assert d.check(f"{d.answer:.6g} {d.unit}").accepted  # with its unit
         assert d.id and lookup_drill(d.id) == d and str(d.id) in d.prompt
 
 
@@ -98,7 +146,7 @@ def test_wrong_answers_are_rejected_with_the_explanation(seed):
             assert r.valid and not r.accepted and not r
             assert d.explanation in r.message and "the answer is" in r.message
         assert d.mistakes, f"{d.kind} lists no misconception"
-        for m in d.mistakes:               # each misconception: rejected, and named
+        for m in d.mistakes:  # each misconception: rejected, and named
             r = d.check(m.value)
             assert not r.accepted and "classic mistake" in r.message and m.why in r.message
             assert r.mistake == m.why
@@ -106,18 +154,25 @@ def test_wrong_answers_are_rejected_with_the_explanation(seed):
 
 def test_known_numbers():
     """Anchor a few drills to syllabus figures, independently of calc's internals."""
-    d = Drill("7B?", model_state_memory(7e9).total / GB, "GB", 0.02, "16 B/param",
-              mistakes=(Mistake(56, "halved"),))
+    d = Drill(
+        "7B?",
+        model_state_memory(7e9).total / GB,
+        "GB",
+        0.02,
+        "16 B/param",
+        mistakes=(Mistake(56, "halved"),),
+    )
     assert d.check(112).accepted and not d.check(56).accepted and "halved" in d.check(56).message
     assert model_state_memory(3e9).total / GB == pytest.approx(48)
     assert amdahl_speedup(0.02, 256) == pytest.approx(41.96, abs=0.01)
     assert peak_in_flight("interleaved", 4, 16, 0, 2) / peak_in_flight("1f1b", 4, 16, 0) == 1.375
 
 
-@pytest.mark.parametrize("bad", ["", "abc", None, float("nan"), float("inf"), [1], "48 MB", "1.2.3",
-                                 True])
+@pytest.mark.parametrize(
+    "bad", ["", "abc", None, float("nan"), float("inf"), [1], "48 MB", "1.2.3", True]
+)
 def test_non_numbers_are_rejected_without_raising_and_say_what_to_type(bad):
-    d = make_drills(0, kinds=["model_state"])[0]           # unit GB
+    d = make_drills(0, kinds=["model_state"])[0]  # unit GB
     r = d.check(bad)
     assert not r.valid and not r.accepted and r.message and "submitted" not in str(r)
 
@@ -128,12 +183,21 @@ def test_parse_answer_units_and_forms():
     assert parse_answer("1e3", "MB") == 1000
     with pytest.raises(ValueError, match="not a number in GB"):
         parse_answer("48 MB", "GB")
-    assert parse_answer("$1.5M", "million USD") == 1.5 == parse_answer("1.5 million USD", "million USD")
+    assert (
+        parse_answer("$1.5M", "million USD")
+        == 1.5
+        == parse_answer("1.5 million USD", "million USD")
+    )
 
 
-@pytest.mark.parametrize("kind, typed, factor", [("max_model", "8.8e9", "1e9"),
-                                                 ("model_state", "1.12e11", "1e9"),
-                                                 ("training_cost", "1500000", "1e6")])
+@pytest.mark.parametrize(
+    "kind, typed, factor",
+    [
+        ("max_model", "8.8e9", "1e9"),
+        ("model_state", "1.12e11", "1e9"),
+        ("training_cost", "1500000", "1e6"),
+    ],
+)
 def test_a_plain_count_typed_for_a_scaled_unit_gets_a_hint_not_a_verdict(kind, typed, factor):
     """'(answer in B params)' read as a count: 8.8e9 is refused with the factor, not graded."""
     session = DrillSession(seed=0, kinds=[kind])
@@ -164,10 +228,10 @@ def test_kinds_count_and_bad_arguments():
 def test_session_answers_once_and_counts_only_valid_input():
     s = DrillSession(seed=3, n=5)
     first = s.current
-    assert not s.submit(0, "abc").valid and s.answered == 0      # bad input: nothing submitted
+    assert not s.submit(0, "abc").valid and s.answered == 0  # bad input: nothing submitted
     r = s.submit(0, first.answer)
     assert r.accepted and str(r).startswith(f"submitted [{first.id}]")
-    assert s.submit(0, first.answer * 3) is r                     # answered once
+    assert s.submit(0, first.answer * 3) is r  # answered once
     assert not s.submit(1, first.answer * 99).accepted
     assert (s.correct, s.answered) == (1, 2)
     assert not s.submit(9, 1).valid and "no drill number 9" in s.submit(9, 1).message

@@ -1,5 +1,6 @@
 """The exercise mechanism: every registered exercise accepts its reference solution and
 rejects each known-wrong implementation, on real ranks (one test per exercise)."""
+
 import sys
 from pathlib import Path
 
@@ -38,9 +39,12 @@ def test_every_exercise_names_each_mistake_and_accepts_unusual_right_answers(nam
     right = [("reference", ex.reference)] + [(fn.__name__, fn) for fn in variants.RIGHT[name]]
     assert len(wrong) + len(variants.RAISING.get(name, ())) >= 4 and len(right) >= 3
     results = check_many([(name, fn) for _, fn in right] + [(name, fn) for _, fn, _ in wrong])
-    problems = [f"{what} was rejected: {res.message}"
-                for (what, _), res in zip(right, results) if not res.passed]
-    for (what, _, phrase), res in zip(wrong, results[len(right):]):
+    problems = [
+        f"{what} was rejected: {res.message}"
+        for (what, _), res in zip(right, results)
+        if not res.passed
+    ]
+    for (what, _, phrase), res in zip(wrong, results[len(right) :]):
         assert res.name == name
         if res.passed:
             problems.append(f"wrong version {what!r} was accepted")
@@ -65,8 +69,9 @@ def test_every_grader_runs_several_configurations_and_rejects_three_wrong_versio
     versions (the test above runs them)."""
     for ex in exercises.discover().values():
         module = sys.modules[ex.check.__module__]
-        configs = [getattr(module, n) for n in ("CONFIGS", "PARTITIONS", "CASES")
-                   if hasattr(module, n)]
+        configs = [
+            getattr(module, n) for n in ("CONFIGS", "PARTITIONS", "CASES") if hasattr(module, n)
+        ]
         assert configs and len(configs[0]) >= 2, f"{ex.name}: one configuration only"
         assert len(ex.wrong) >= 3, f"{ex.name}: {len(ex.wrong)} wrong versions, want >= 3"
 
@@ -108,12 +113,23 @@ def _toy_deadlock(t, group):
 
 
 def test_check_reports_wrong_stub_exception_and_deadlock_without_raising(capsys):
-    toy = exercises.register(Exercise(
-        name="toy_sum", lab="test", summary="sum", check=_toy_check, reference=_toy_reference,
-        wrong={"doubled": _toy_doubled}, world_size=2, timeout_s=30, hint="use all_reduce"))
+    toy = exercises.register(
+        Exercise(
+            name="toy_sum",
+            lab="test",
+            summary="sum",
+            check=_toy_check,
+            reference=_toy_reference,
+            wrong={"doubled": _toy_doubled},
+            world_size=2,
+            timeout_s=30,
+            hint="use all_reduce",
+        )
+    )
     try:
-        ok, doubled, stub = check_many([("toy_sum", toy.reference), ("toy_sum", _toy_doubled),
-                                        ("toy_sum", _toy_stub)])
+        ok, doubled, stub = check_many(
+            [("toy_sum", toy.reference), ("toy_sum", _toy_doubled), ("toy_sum", _toy_stub)]
+        )
         assert ok.passed and ok.message == "summed"
         assert not doubled.passed and "2 x the expected" in doubled.message
         assert not stub.passed and stub.message.startswith("not implemented yet")
@@ -132,10 +148,17 @@ def test_check_reports_wrong_stub_exception_and_deadlock_without_raising(capsys)
 
 def test_wait_cycle_is_named_only_when_the_blocked_calls_form_one():
     from lab_utils.runtime.engine.forensics import wait_cycle
-    ring = {0: "blocking recv from rank 3", 1: "blocking recv from rank 0",
-            2: "blocking recv from rank 1", 3: "blocking recv from rank 2"}
+
+    ring = {
+        0: "blocking recv from rank 3",
+        1: "blocking recv from rank 0",
+        2: "blocking recv from rank 1",
+        3: "blocking recv from rank 2",
+    }
     assert "rank 0 -> rank 3 -> rank 2 -> rank 1 -> rank 0: a cycle" in wait_cycle(ring)
-    assert wait_cycle({0: "blocking recv from rank 1"}) == ""  # rank 1 is elsewhere: no cycle claimed
+    assert (
+        wait_cycle({0: "blocking recv from rank 1"}) == ""
+    )  # rank 1 is elsewhere: no cycle claimed
     assert wait_cycle({0: "blocking recv from any rank", 1: "blocking send to rank 0"}) == ""
 
 
@@ -165,8 +188,7 @@ def test_show_solution_prints_reference_source_once_without_a_path(capsys):
 
 def test_check_many_marks_the_reference_verdict_and_prints_hints(capsys):
     ex = exercises.get("fit_serial_fraction")  # one rank: cheap
-    check_many([(ex.name, ex.reference), (ex.name, next(iter(ex.wrong.values())))],
-               verbose=True)
+    check_many([(ex.name, ex.reference), (ex.name, next(iter(ex.wrong.values())))], verbose=True)
     out = capsys.readouterr().out
     assert f"[PASSED] {ex.name} (the REFERENCE solution, not yours)" in out
     assert f"[NOT YET] {ex.name}: " in out and f"hint: {ex.hint}" in out

@@ -1,5 +1,6 @@
 """FP8 and the other float formats (lab 02): the bit-count formulas against torch.finfo, per-tensor
 scaling, and the CPU emulation of an FP8 matmul against torch's own FP8 GEMM."""
+
 import math
 
 import pytest
@@ -8,8 +9,13 @@ import torch
 from lab_utils.calc import DEVICES, bytes_per_element, current_scale, delayed_scale, float_format
 from lab_utils.experiments.lab02 import fp8
 
-TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
-         "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+TORCH = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+}
 
 
 @pytest.mark.parametrize("name", list(TORCH))
@@ -25,8 +31,8 @@ def test_formula_matches_torch_finfo(name):
 def test_published_fp8_figures():
     # Micikevicius et al. 2022, Table 1
     e4m3, e5m2 = float_format("e4m3"), float_format("e5m2")
-    assert (e4m3.max, e4m3.smallest_normal, e4m3.smallest_subnormal) == (448, 2 ** -6, 2 ** -9)
-    assert (e5m2.max, e5m2.smallest_normal, e5m2.smallest_subnormal) == (57344, 2 ** -14, 2 ** -16)
+    assert (e4m3.max, e4m3.smallest_normal, e4m3.smallest_subnormal) == (448, 2**-6, 2**-9)
+    assert (e5m2.max, e5m2.smallest_normal, e5m2.smallest_subnormal) == (57344, 2**-14, 2**-16)
     assert float_format("fp16").max == 65504
     assert [bytes_per_element(n) for n in ("fp32", "bf16", "e4m3")] == [4, 2, 1]
 
@@ -50,10 +56,13 @@ def test_h100_fp8_peak_is_twice_bf16():
 
 def test_scaling_rescues_underflow_and_overflow():
     grads = torch.cat([g.flatten() for g in fp8.model_grads().values()])
-    raw, scaled = fp8.cast_report(grads, "e4m3"), fp8.cast_report(grads, "e4m3", fp8.current(grads, "e4m3"))
+    raw, scaled = (
+        fp8.cast_report(grads, "e4m3"),
+        fp8.cast_report(grads, "e4m3", fp8.current(grads, "e4m3")),
+    )
     assert raw.flushed > 0.1 and scaled.flushed < raw.flushed / 10
     big = fp8.cast_report(grads * 1e6, "e5m2")
-    assert big.saturated > 0 and big.inf_or_nan > 0          # e5m2 has inf: overflow -> inf
+    assert big.saturated > 0 and big.inf_or_nan > 0  # e5m2 has inf: overflow -> inf
     fixed = fp8.cast_report(grads * 1e6, "e5m2", fp8.current(grads * 1e6, "e5m2"))
     assert fixed.saturated == 0 and fixed.inf_or_nan == 0
 
@@ -62,7 +71,7 @@ def test_delayed_scaling_misses_a_spike_current_does_not():
     g = torch.linspace(-1, 1, 101)
     rows = fp8.delayed_vs_current([g, g, g * 50, g], "e4m3", history=2)
     assert rows[2]["delayed: overflowed"] > 0 and rows[2]["current: overflowed"] == 0
-    assert rows[3]["delayed scale"] == pytest.approx(448 / 50)   # the spike is in the history
+    assert rows[3]["delayed scale"] == pytest.approx(448 / 50)  # the spike is in the history
 
 
 def test_emulated_matmul_matches_torch_scaled_mm():

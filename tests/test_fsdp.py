@@ -9,6 +9,7 @@ FSDP's casts (mixed_precision_reference) within the same 1e-6: the casts are the
 fp32 reduction of K = 2 or 4 values can differ at most in its last bit (measured: equal). Against
 fp32 training they differ by 1e-4 to 1e-2 (checked, so the comparison can fail).
 """
+
 import os
 import subprocess
 import sys
@@ -30,7 +31,6 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
 from lab_utils.parallel.fsdp import FSDP, MixedPrecision, clip_grad_norm_
 from lab_utils.parallel.zero import ZeroOptimizer
 from lab_utils.reference import default_loss, make_optimizer, reference_run
-
 
 CFG = GPTConfig()  # every dim divisible by 4: no padding at K = 2 or 4
 STEPS, BATCH = 5, 8
@@ -108,8 +108,15 @@ def experiments(ctx):
     out["shard_shapes"] = [tuple(p.shape) for p in fsdp.parameters()]
     out["n_shards"] = len(list(fsdp.parameters()))
     # the same collectives as fully_shard, per policy (last step of 2)
-    for name in ("FSDP", "FSDP keep", "FSDP bf16", "fully_shard", "fully_shard keep",
-                 "fully_shard bf16", "fully_shard root resharded"):
+    for name in (
+        "FSDP",
+        "FSDP keep",
+        "FSDP bf16",
+        "fully_shard",
+        "fully_shard keep",
+        "fully_shard bf16",
+        "fully_shard root resharded",
+    ):
         model, opt, *_ = lab05.build(name, CFG, g)
         losses, summary = train(ctx, model, opt, gpt_batches(2), ledger_last=True)
         out[("calls", name)] = (_records(summary), losses, summary["wire"])
@@ -120,6 +127,7 @@ def experiments(ctx):
             model = FSDP(model, g)
         else:
             from torch.distributed.fsdp import fully_shard
+
             for layer in (m for m in model.net if isinstance(m, nn.Linear)):
                 fully_shard(layer)
             fully_shard(model)
@@ -161,13 +169,16 @@ def experiments(ctx):
     dist.all_reduce(clipped, group=g)
     out["clip"] = (norm.item(), clipped.sqrt().item(), ledger.count("all_reduce"))
     # gradient accumulation: ours and fully_shard, sync off on all but the last micro-batch
-    out["accum"] = lab05_practice.accumulation_traffic(ctx, CFG, 2, BATCH * 2,
-                                              ("fully_shard", "fully_shard, sync off",
-                                               "FSDP, sync off"))
+    out["accum"] = lab05_practice.accumulation_traffic(
+        ctx, CFG, 2, BATCH * 2, ("fully_shard", "fully_shard, sync off", "FSDP, sync off")
+    )
     fsdp = FSDP(gpt(), g)  # sync on every micro-batch: the same weights as sync off
     opt = make_optimizer(fsdp.parameters(), "adamw", 1e-2)
-    batch = shard_for_rank(token_batches(1, BATCH * 2, CFG.seq_len, CFG.vocab_size, seed=1)[0],
-                           ctx.rank, ctx.world_size)
+    batch = shard_for_rank(
+        token_batches(1, BATCH * 2, CFG.seq_len, CFG.vocab_size, seed=1)[0],
+        ctx.rank,
+        ctx.world_size,
+    )
     for x, y in zip(*(t.chunk(2) for t in batch)):
         (default_loss(fsdp(x), y) / 2).backward()
     opt.step()
@@ -185,6 +196,7 @@ def _small(name, p):  # what is not worth sharding: norm weights and biases (1-D
 def _replicated_small_params(ctx):
     """FSDP(replicate=) vs fully_shard(ignored_params=) plus the all-reduce torch leaves to us."""
     from torch.distributed.fsdp import fully_shard
+
     g, out = ctx.group, {}
     fsdp = FSDP(gpt(), g, replicate=_small)
     opt = make_optimizer(fsdp.parameters(), "adamw", 1e-2)
@@ -194,7 +206,7 @@ def _replicated_small_params(ctx):
     out["shapes"] = sorted(tuple(p.shape) for p in fsdp.parameters())
     model = gpt()
     ignored = [p for n, p in model.named_parameters() if _small(n, p)]  # a list: the same
-    for block in model.blocks:                                          # order on every rank
+    for block in model.blocks:  # order on every rank
         fully_shard(block, ignored_params=set(ignored))
     fully_shard(model, ignored_params=set(ignored))
     opt, losses = make_optimizer(model.parameters(), "adamw", 1e-2), []
@@ -228,6 +240,7 @@ def _bad_inputs(g):
             errors[name] = None
         except (ValueError, TypeError) as exc:
             errors[name] = str(exc)
+
     model = gpt()
     FSDP(model, g)
     attempt("twice", lambda: FSDP(model, g))
@@ -245,10 +258,13 @@ def _bad_inputs(g):
     attempt("tied across units", lambda: FSDP(tied, g))
     attempt("zero stage 3", lambda: ZeroOptimizer(gpt(), 3, g))
     from torch.distributed.fsdp import fully_shard
+
     attempt("already fully_shard", lambda: FSDP(fully_shard(gpt()), g))
     attempt("replicate unknown", lambda: FSDP(gpt(), g, replicate=["blocks.0.nope"]))
-    attempt("replicate + mixed precision",
-            lambda: FSDP(gpt(), g, replicate=_small, mp=MixedPrecision(torch.bfloat16)))
+    attempt(
+        "replicate + mixed precision",
+        lambda: FSDP(gpt(), g, replicate=_small, mp=MixedPrecision(torch.bfloat16)),
+    )
     return errors
 
 
@@ -313,9 +329,10 @@ def test_comparison_can_fail(results):
     assert rel(per_rank[0][("gpt", "sgd")], adam) > 1e-3
 
 
-@pytest.mark.parametrize("ours, torch_name", [("FSDP", "fully_shard"),
-                                              ("FSDP keep", "fully_shard keep"),
-                                              ("FSDP bf16", "fully_shard bf16")])
+@pytest.mark.parametrize(
+    "ours, torch_name",
+    [("FSDP", "fully_shard"), ("FSDP keep", "fully_shard keep"), ("FSDP bf16", "fully_shard bf16")],
+)
 def test_same_collectives_as_fully_shard(results, ours, torch_name):
     """Same number, kind and size of collectives for the same unit policy, same losses."""
     k, per_rank = results
@@ -330,8 +347,9 @@ def test_same_collectives_as_fully_shard(results, ours, torch_name):
 
 def test_root_resharded_costs_one_more_gather_of_the_root(results):
     k, per_rank = results
-    default, resharded = (per_rank[0][("calls", n)][0]
-                          for n in ("fully_shard", "fully_shard root resharded"))
+    default, resharded = (
+        per_rank[0][("calls", n)][0] for n in ("fully_shard", "fully_shard root resharded")
+    )
     extra = list(resharded)
     for call in default:
         extra.remove(call)
@@ -367,8 +385,14 @@ def test_mixed_precision_equals_one_process_doing_the_same_casts(results, dtype,
 
 def test_tied_frozen_and_buffers(results):
     k, per_rank = results
-    tied_ref = reference_run(lambda: TinyGPT(GPTConfig(tie_weights=True), seed=0), gpt_batches(),
-                             STEPS, lr=1e-2, optimizer="sgd", grad_accum=k)
+    tied_ref = reference_run(
+        lambda: TinyGPT(GPTConfig(tie_weights=True), seed=0),
+        gpt_batches(),
+        STEPS,
+        lr=1e-2,
+        optimizer="sgd",
+        grad_accum=k,
+    )
     losses, weights = per_rank[0]["tied"]
     assert rel(losses, tied_ref.losses) < 1e-6
     assert torch.equal(weights["head.weight"], weights["tok_emb.weight"])
@@ -376,6 +400,7 @@ def test_tied_frozen_and_buffers(results):
 
     def frozen_mlp():
         return ToyMLP(d_in=5, d_hidden=7, d_out=3, n_layers=3, seed=0, freeze_first=True)
+
     ref = reference_run(frozen_mlp, mlp_batches(), STEPS, lr=0.1, optimizer="sgd", grad_accum=k)
     losses, weights = per_rank[0]["frozen_unit"]
     assert rel(losses, ref.losses) < 1e-6
@@ -386,6 +411,7 @@ def test_tied_frozen_and_buffers(results):
         m.blocks[0].ln1.requires_grad_(False)
         m.blocks[1].attn.q.requires_grad_(False)
         return m
+
     ref = reference_run(half_frozen, gpt_batches(), STEPS, lr=1e-2, optimizer="sgd", grad_accum=k)
     losses, weights = per_rank[0]["frozen_half"]
     assert rel(losses, ref.losses) < 1e-6
@@ -417,8 +443,10 @@ def test_gradient_accumulation_matches_fully_shard(results):
     acc = per_rank[0]["accum"]
     assert acc["FSDP, sync off"].calls == acc["fully_shard, sync off"].calls
     assert acc["FSDP, sync off"].ledger_bytes == acc["fully_shard, sync off"].ledger_bytes
-    assert acc["fully_shard"].calls["reduce_scatter"] == 2 * acc["fully_shard, sync off"].calls[
-        "reduce_scatter"]
+    assert (
+        acc["fully_shard"].calls["reduce_scatter"]
+        == 2 * acc["fully_shard, sync off"].calls["reduce_scatter"]
+    )
     sums = [acc[n].weights_checksum for n in acc] + [per_rank[0]["accum_sync"]]
     assert max(sums) - min(sums) < 1e-5 * abs(sums[0])
 
@@ -426,12 +454,19 @@ def test_gradient_accumulation_matches_fully_shard(results):
 def test_bad_input_gives_a_clear_message(results):
     k, per_rank = results
     errors = per_rank[0]["errors"]
-    expect = {"twice": "already wrapped", "wrapper twice": "already wrapped",
-              "policy matches nothing": "matched no submodule", "policy not a policy":
-              "policy must be", "dtypes": "different dtypes", "devices": "different devices",
-              "tied across units": "tied weights", "zero stage 3": "FSDP",
-              "already fully_shard": "DTensor", "replicate unknown": "not parameters of",
-              "replicate + mixed precision": "use one or the other"}
+    expect = {
+        "twice": "already wrapped",
+        "wrapper twice": "already wrapped",
+        "policy matches nothing": "matched no submodule",
+        "policy not a policy": "policy must be",
+        "dtypes": "different dtypes",
+        "devices": "different devices",
+        "tied across units": "tied weights",
+        "zero stage 3": "FSDP",
+        "already fully_shard": "DTensor",
+        "replicate unknown": "not parameters of",
+        "replicate + mixed precision": "use one or the other",
+    }
     for case, words in expect.items():
         assert errors[case] is not None and words in errors[case], (case, errors[case])
 
@@ -444,6 +479,7 @@ BIG = GPTConfig(n_layer=3, n_head=2, d_model=64)
 def timelines():
     def both(ctx):
         return {pf: lab05.unit_timeline(ctx, BIG, prefetch=pf) for pf in (False, True)}
+
     return run(both, 4, timeout_s=300, quiet=True, preload=PRELOAD)
 
 
@@ -480,8 +516,19 @@ def test_prefetch_starts_each_gather_while_the_previous_block_computes(timelines
 
 # ---- the practitioner's script, launched as a user would ----------------------------------------
 def test_train_fsdp2_script_with_torchrun(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(ROOT / "scripts" / "train_fsdp2.py"), "--steps", "3", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(ROOT / "scripts" / "train_fsdp2.py"),
+        "--steps",
+        "3",
+        "--out",
+        str(tmp_path),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -1,4 +1,5 @@
 """The goodput model of lab 11 (lab_utils/calc/goodput.py) and its widget: pure."""
+
 import math
 
 import pytest
@@ -12,7 +13,7 @@ M = gp.LLAMA3_405B.mtbf_s
 def test_llama3_record():
     rec = gp.LLAMA3_405B
     assert (rec.days, rec.interruptions, rec.unexpected, rec.gpus) == (54, 466, 419, 16384)
-    assert M / 3600 == pytest.approx(3.093, abs=1e-3)       # 54 x 24 / 419 hours
+    assert M / 3600 == pytest.approx(3.093, abs=1e-3)  # 54 x 24 / 419 hours
 
 
 def test_young_and_daly_intervals():
@@ -33,18 +34,22 @@ def test_daly_interval_maximises_the_exact_goodput():
 
 def test_first_order_is_the_expansion_of_the_exact_model():
     for tau, delta, restart in ((600, 10, 60), (900, 30, 300)):
-        exact, first = gp.expected_goodput(tau, delta, restart, M), gp.goodput_first_order(tau, delta, restart, M)
+        exact, first = (
+            gp.expected_goodput(tau, delta, restart, M),
+            gp.goodput_first_order(tau, delta, restart, M),
+        )
         assert first < exact and exact - first < 0.02
         w = gp.waste(tau, delta, restart, M)
         assert 1 - w.total == pytest.approx(first)
 
 
-@pytest.mark.parametrize("delta,restart,tau", [(30, 300, None), (30, 300, 3600.0),
-                                               (60, 600, None), (5, 120, 300.0)])
+@pytest.mark.parametrize(
+    "delta,restart,tau", [(30, 300, None), (30, 300, 3600.0), (60, 600, None), (5, 120, 300.0)]
+)
 def test_simulation_agrees_with_the_model_within_5_percent(delta, restart, tau):
     tau = tau or gp.daly_interval(delta, M)
     sim = gp.simulate(tau, delta, restart, M, horizon=54 * gp.DAY, seed=0)
-    assert sim.failures > 300                               # ~419 failures injected
+    assert sim.failures > 300  # ~419 failures injected
     assert sim.goodput == pytest.approx(gp.expected_goodput(tau, delta, restart, M), rel=0.05)
     # the wall time is fully accounted for
     parts = sim.useful_s + sim.lost_s + sim.restart_s + sim.checkpoint_s
@@ -57,9 +62,16 @@ def test_simulation_without_failures_pays_only_the_stalls():
     assert sim.goodput == pytest.approx(100 / 110)
 
 
-@pytest.mark.parametrize("args,field", [((0, 1, 1, 1), "tau"), ((1, -1, 1, 1), "delta"),
-                                        ((1, 1, float("nan"), 1), "restart"),
-                                        ((1, 1, 1, True), "mtbf"), ((1, 1, 1, "3h"), "mtbf")])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        ((0, 1, 1, 1), "tau"),
+        ((1, -1, 1, 1), "delta"),
+        ((1, 1, float("nan"), 1), "restart"),
+        ((1, 1, 1, True), "mtbf"),
+        ((1, 1, 1, "3h"), "mtbf"),
+    ],
+)
 def test_bad_inputs_raise_a_value_error_naming_the_field(args, field):
     with pytest.raises(ValueError, match=f"^{field} "):
         gp.expected_goodput(*args)
@@ -83,6 +95,7 @@ def test_replica_groups_lose_a_gth_of_the_recovery():
     """By hand: 8 groups, 60 s recovery, 5 s steps, a failure every 3 h: 65 / (8 x 10800) lost;
     against a job-wide restart from a checkpoint the waste is much larger."""
     from lab_utils.calc import expected_goodput, replica_group_goodput
+
     got = replica_group_goodput(8, 60.0, 5.0, 3 * 3600.0)
     assert got == pytest.approx(1 - 65 / (8 * 10800))
     assert got > expected_goodput(1800.0, 60.0, 600.0, 3 * 3600.0) + 0.1

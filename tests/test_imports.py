@@ -11,6 +11,7 @@ that re-exports its own modules would otherwise be a "cycle" with each of them).
 Cycles are the strongly connected groups of that graph (Tarjan). A failure names each group, one
 cycle through it, and every arrow of the cycle with its file, line and whether it is deferred.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,7 +31,7 @@ ROOT = pathlib.Path(lab_utils.__file__).parent
 EXPECTED_TO_BE_REMOVED: list[frozenset[str]] = []
 # The same for private names imported across modules: (importing module, imported name).
 EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: set[tuple[str, str]] = {
-    ("lab_utils.calc._layout_cost", "lab_utils.calc.activations._layer_bytes"),        # "calc"
+    ("lab_utils.calc._layout_cost", "lab_utils.calc.activations._layer_bytes"),  # "calc"
 }
 
 
@@ -40,7 +41,7 @@ class Arrow:
     target: str
     path: str
     line: int
-    deferred: bool    # inside a function (runs at call time), not at import time
+    deferred: bool  # inside a function (runs at call time), not at import time
 
     def __str__(self) -> str:
         when = "deferred, in a function" if self.deferred else "at import"
@@ -84,7 +85,7 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     if not node.level:
         return node.module or ""
     package = module.split(".") if is_package else module.split(".")[:-1]
-    base = package[:len(package) - node.level + 1]
+    base = package[: len(package) - node.level + 1]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -93,8 +94,9 @@ def _deferred_nodes(tree: ast.Module) -> set[int]:
     inside = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            inside.update(id(n) for n in ast.walk(fn)
-                          if isinstance(n, (ast.Import, ast.ImportFrom)))
+            inside.update(
+                id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))
+            )
     return inside
 
 
@@ -103,8 +105,12 @@ def _type_checking_nodes(tree: ast.Module) -> set[int]:
     skip = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for stmt in node.body for n in ast.walk(stmt)
-                        if isinstance(n, (ast.Import, ast.ImportFrom)))
+            skip.update(
+                id(n)
+                for stmt in node.body
+                for n in ast.walk(stmt)
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+            )
     return skip
 
 
@@ -129,13 +135,13 @@ def arrows(modules: dict[str, pathlib.Path] | None = None) -> list[Arrow]:
             for dotted, _ in _imported(node, module, path.name == "__init__.py"):
                 target = _resolve(dotted, modules)
                 if target and target != module:
-                    found.append(Arrow(module, target, _where(path), node.lineno,
-                                       id(node) in deferred))
+                    found.append(
+                        Arrow(module, target, _where(path), node.lineno, id(node) in deferred)
+                    )
     return found
 
 
-def private_imports(modules: dict[str, pathlib.Path] | None = None
-                    ) -> list[tuple[str, str, str]]:
+def private_imports(modules: dict[str, pathlib.Path] | None = None) -> list[tuple[str, str, str]]:
     """(where, importing module, imported name) for each `from lab_utils.x import _name` where
     _name belongs to another module (a private submodule such as `calc._check` is not counted)."""
     modules = module_files() if modules is None else modules
@@ -149,8 +155,12 @@ def private_imports(modules: dict[str, pathlib.Path] | None = None
             for alias in node.names:
                 name = alias.name
                 private = name.startswith("_") and not name.startswith("__")
-                if (private and source.split(".")[0] in roots and source != module
-                        and f"{source}.{name}" not in modules):
+                if (
+                    private
+                    and source.split(".")[0] in roots
+                    and source != module
+                    and f"{source}.{name}" not in modules
+                ):
                     found.append((f"{_where(path)}:{node.lineno}", module, f"{source}.{name}"))
     return found
 
@@ -231,7 +241,7 @@ def cycles(found: list[Arrow] | None = None) -> list[tuple[set[str], list[Arrow]
         graph.setdefault(arrow.target, set())
         pair = (arrow.source, arrow.target)
         if pair not in by_pair or (by_pair[pair].deferred and not arrow.deferred):
-            by_pair[pair] = arrow   # an import-time arrow describes the pair better
+            by_pair[pair] = arrow  # an import-time arrow describes the pair better
     return [(group, one_cycle(group, by_pair)) for group in strongly_connected(graph)]
 
 
@@ -253,7 +263,10 @@ def test_the_cycle_finder_finds_a_cycle():
     assert strongly_connected(graph) == [{"a", "b", "c"}]
     by_pair = {(s, t): Arrow(s, t, "x.py", 1, False) for s in graph for t in graph[s]}
     assert [(a.source, a.target) for a in one_cycle({"a", "b", "c"}, by_pair)] == [
-        ("a", "b"), ("b", "c"), ("c", "a")]
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "a"),
+    ]
 
 
 def test_a_deferred_cycle_and_a_private_import_are_found(tmp_path):
@@ -267,7 +280,9 @@ def test_a_deferred_cycle_and_a_private_import_are_found(tmp_path):
     [(group, cycle)] = cycles(arrows(modules))
     assert group == {"pkg.a", "pkg.b"}
     assert [(a.source, a.target, a.line, a.deferred) for a in cycle] == [
-        ("pkg.a", "pkg.b", 1, False), ("pkg.b", "pkg.a", 2, True)]
+        ("pkg.a", "pkg.b", 1, False),
+        ("pkg.b", "pkg.a", 2, True),
+    ]
     assert "deferred, in a function" in describe(group, cycle)
     assert [found[1:] for found in private_imports(modules)] == [("pkg.a", "pkg.b._helper")]
 
@@ -287,8 +302,11 @@ def test_no_import_cycle_in_lab_utils():
 
 def test_no_module_imports_another_modules_private_name():
     found = private_imports()
-    unexpected = [f"{where}: {module} imports {name}" for where, module, name in found
-                  if (module, name) not in EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED]
+    unexpected = [
+        f"{where}: {module} imports {name}"
+        for where, module, name in found
+        if (module, name) not in EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED
+    ]
     stale = EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED - {(module, name) for _, module, name in found}
     assert not unexpected, "private names imported across modules:\n" + "\n".join(unexpected)
     assert not stale, f"gone; delete them from EXPECTED_PRIVATE_IMPORTS_TO_BE_REMOVED: {stale}"

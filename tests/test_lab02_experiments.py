@@ -1,6 +1,6 @@
 """Lab 02's experiments and exercise, in this process: autocast dtypes, selective
 recomputation measured against the score-tensor formula, warmup, the loss-scaler grader."""
-import pytest
+
 import torch
 
 from lab_utils.exercises import loss_scaler as ls
@@ -22,7 +22,7 @@ def test_autocast_table_on_cpu():
 
 
 def test_forward_overflow_is_out_of_loss_scaling_reach():
-    for s in (1.0, 2.0 ** -16):
+    for s in (1.0, 2.0**-16):
         assert lab02.attention_logits(torch.float16, loss_scale=s)["inf logits"] > 0
     assert lab02.attention_logits(torch.bfloat16)["inf logits"] == 0
 
@@ -32,7 +32,7 @@ def test_selective_recompute_drops_exactly_the_score_tensors():
     model = TinyGPT(cfg)
     idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
     runs = mem.selective_sweep(model, idx, idx)
-    score = 4 * cfg.n_head * cfg.seq_len ** 2 * 2 * cfg.n_layer      # fp32 softmax outputs
+    score = 4 * cfg.n_head * cfg.seq_len**2 * 2 * cfg.n_layer  # fp32 softmax outputs
     assert runs["none"].score_bytes == score and runs["selective"].score_bytes == 0
     assert runs["none"].after_forward - runs["selective"].after_forward == score
     assert runs["full"].after_forward < runs["selective"].after_forward
@@ -46,8 +46,12 @@ def test_warmup_starts_at_start_lr():
 
 def test_loss_scaler_reference_matches_gradscaler_and_wrong_ones_are_named():
     for case in ls.CASES:
-        assert ls._first_difference(ls.trajectory(ls.scaler_step, case),
-                                    ls.gradscaler_trajectory(case)) is None
+        assert (
+            ls._first_difference(
+                ls.trajectory(ls.scaler_step, case), ls.gradscaler_trajectory(case)
+            )
+            is None
+        )
     for name, fn in ls.WRONG.items():
         verdict = ls.check(None, fn)
         assert not verdict.passed, name
@@ -55,19 +59,23 @@ def test_loss_scaler_reference_matches_gradscaler_and_wrong_ones_are_named():
 
 
 def test_loss_scaler_accepts_an_unusual_solution():
-    def fused(optimizer, state):          # torch's fused unscale-and-check kernel
+    def fused(optimizer, state):  # torch's fused unscale-and-check kernel
         grads = [p.grad for g in optimizer.param_groups for p in g["params"]]
         found = torch.zeros(1)
-        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.tensor(1 / state.scale))
+        torch._amp_foreach_non_finite_check_and_unscale_(
+            grads, found, torch.tensor(1 / state.scale)
+        )
         if found.item():
             state.scale, state.good_steps = state.scale * state.backoff_factor, 0
             return False
         if state.max_norm is not None:
-            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
-                                           state.max_norm)
+            torch.nn.utils.clip_grad_norm_(
+                [p for g in optimizer.param_groups for p in g["params"]], state.max_norm
+            )
         optimizer.step()
         state.good_steps = (state.good_steps + 1) % state.growth_interval
         if state.good_steps == 0:
             state.scale *= state.growth_factor
         return True
+
     assert ls.check(None, fused).passed

@@ -1,5 +1,6 @@
 """Lab 03's step-by-step ring (experiments.lab03.ring_trace) against the schedule worked out by
 hand, and the who-sends-to-whom matrix of the ring."""
+
 import pytest
 
 from lab_utils import run
@@ -47,4 +48,4 @@ def test_our_ring_sends_everything_to_the_right_neighbour():
     per_rank = ring_bytes_per_rank("all_reduce", n, 4 * numel)
     for i, row in enumerate(ring):
         assert 0 <= row[(i + 1) % n] - per_rank < 48 * 16 * (n - 1)  # data + gloo headers
-        assert sum(row) - row[(i + 1) % n] < 0.01 * per_rank      # "ready" headers only
+        assert sum(row) - row[(i + 1) % n] < 0.01 * per_rank  # "ready" headers only

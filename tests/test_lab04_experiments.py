@@ -17,7 +17,6 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.parallel.data_parallel import average_gradients
 from lab_utils.reference import forward_backward
 
-
 PRELOAD = ("torch._dynamo",)
 SMALL = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=32)
 
@@ -52,16 +51,27 @@ def _average_gradients_matches_torch_ddp(ctx):
         average_gradients(ours, sub)
         ddp = DistributedDataParallel(theirs, process_group=sub)
         nn.functional.mse_loss(ddp(x), y).backward()
-        out = [(n, a.grad is None, b.grad is None,
-                0.0 if a.grad is None else (a.grad - b.grad).abs().max().item())
-               for (n, a), b in zip(ours.named_parameters(), theirs.parameters())]
+        out = [
+            (
+                n,
+                a.grad is None,
+                b.grad is None,
+                0.0 if a.grad is None else (a.grad - b.grad).abs().max().item(),
+            )
+            for (n, a), b in zip(ours.named_parameters(), theirs.parameters())
+        ]
     dist.barrier(group=ctx.group)
     return out
 
 
 def test_average_gradients_equals_torch_ddp_on_a_sub_group():
-    results = [r for r in run(_average_gradients_matches_torch_ddp, 4, backend="gloo", quiet=True,
-                              preload=PRELOAD) if r is not None]
+    results = [
+        r
+        for r in run(
+            _average_gradients_matches_torch_ddp, 4, backend="gloo", quiet=True, preload=PRELOAD
+        )
+        if r is not None
+    ]
     assert len(results) == 2
     for rows in results:
         for name, ours_none, torch_none, diff in rows:
@@ -87,7 +97,9 @@ def test_exactness_gradients_within_the_rounding_bound():
 
 def test_bytes_per_step_ledger_is_the_formula_and_wire_adds_only_headers():
     n = 2
-    res = run(lab04.bytes_per_step, n, SMALL, 2, 4096, backend="gloo", quiet=True, preload=PRELOAD)[0]
+    res = run(lab04.bytes_per_step, n, SMALL, 2, 4096, backend="gloo", quiet=True, preload=PRELOAD)[
+        0
+    ]
     grad_bytes = 4 * sum(p.numel() for p in TinyGPT(SMALL).parameters())
     formula = dp_bytes_per_rank(grad_bytes, n)
     assert res["naive"].comm_count == len(list(TinyGPT(SMALL).parameters()))
@@ -120,8 +132,9 @@ def test_powersgd_floats_counts_factors_and_uncompressed_tensors():
 
 def test_comm_hooks_bytes_on_the_wire():
     hooks = ("none", "fp16", "bf16", "powersgd-1")
-    res = run(lab04_details.comm_hooks, 2, SMALL, 2, 4, hooks, backend="gloo", quiet=True,
-              preload=PRELOAD)[0]
+    res = run(
+        lab04_details.comm_hooks, 2, SMALL, 2, 4, hooks, backend="gloo", quiet=True, preload=PRELOAD
+    )[0]
     floats = sum(p.numel() for p in TinyGPT(SMALL).parameters())
     for hook in hooks:
         assert len(res[hook].losses) == 4 and all(torch.isfinite(torch.tensor(res[hook].losses)))
@@ -157,8 +170,11 @@ def sum_then_divide(model, group):
 
 
 def avg_op_async(model, group):
-    works = [dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=group, async_op=True)
-             for p in model.parameters() if p.grad is not None]
+    works = [
+        dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=group, async_op=True)
+        for p in model.parameters()
+        if p.grad is not None
+    ]
     for w in works:
         w.wait()
 
@@ -166,7 +182,8 @@ def avg_op_async(model, group):
 def test_naive_ddp_exercise_accepts_unusual_correct_solutions():
     from lab_utils.exercises import check_many
 
-    results = check_many([("naive_ddp", fn) for fn in
-                          (flat_single_all_reduce, sum_then_divide, avg_op_async)])
+    results = check_many(
+        [("naive_ddp", fn) for fn in (flat_single_all_reduce, sum_then_divide, avg_op_async)]
+    )
     for r in results:
         assert r.passed, r.message

@@ -15,7 +15,6 @@ from lab_utils.experiments.lab08 import plans as lab08_plans
 from lab_utils.models import GPTConfig
 from lab_utils.topology import Topology
 
-
 CFG_COMM = GPTConfig(vocab_size=64, seq_len=32, n_layer=2, n_head=4, d_model=64)
 CFG_MEM = GPTConfig(vocab_size=64, seq_len=16, n_layer=1, n_head=4, d_model=32, dropout=0.1)
 CFG_VOCAB = GPTConfig(vocab_size=256, seq_len=16, n_layer=2, n_head=4, d_model=32)
@@ -66,7 +65,10 @@ def test_vocab_parallel_loss_and_comm():
     res = run(vocab_worker, 2, timeout_s=120, quiet=True)
     for gathered, split in res:
         assert max(gathered.loss_err, split.loss_err, gathered.grad_err, split.grad_err) < 1e-5
-        assert gathered.calls["forward"]["all_gather"] == 1 and split.calls["forward"]["all_gather"] == 0
+        assert (
+            gathered.calls["forward"]["all_gather"] == 1
+            and split.calls["forward"]["all_gather"] == 0
+        )
         assert split.calls["forward"]["all_reduce"] == gathered.calls["forward"]["all_reduce"] + 3
         assert 2 * split.logits_bytes == gathered.logits_bytes
 
@@ -74,7 +76,9 @@ def test_vocab_parallel_loss_and_comm():
 def test_source_claims_are_confronted_with_calc():
     claims = {c.claim: c for c in lab08_plans.source_claims()}
     c44 = claims["175B, TP=8: 350 GB / 8 = 44 GB per GPU, fits"]
-    assert c44.calculator == pytest.approx(calc.model_state_memory(174.6e9 / 8).total / 1e9, rel=1e-3)
+    assert c44.calculator == pytest.approx(
+        calc.model_state_memory(174.6e9 / 8).total / 1e9, rel=1e-3
+    )
     assert claims["  ... DP = 1000 / (8 x 16) = 7"].calculator == 104
     assert claims["70B, TP=8 PP=4 DP=8: ~4.4 GB of state per GPU"].calculator == pytest.approx(35.0)
     assert claims["  ... that layout with GPT-3's batch"].calculator == pytest.approx(700 / 24)
@@ -94,8 +98,9 @@ def test_published_layouts_fit_and_reproduce_mfu():
 
 def test_512_candidates_and_gqa_warning():
     l70 = calc.PRESETS["llama2-70b"]
-    rows = lab08_plans.candidates(l70, calc.dgx_a100(64), 1024, 4096,
-                                  [(64, 1, 8), (64, 2, 4), (16, 8, 4), (128, 4, 1)])
+    rows = lab08_plans.candidates(
+        l70, calc.dgx_a100(64), 1024, 4096, [(64, 1, 8), (64, 2, 4), (16, 8, 4), (128, 4, 1)]
+    )
     best = min((r for r in rows if "step (s)" in r), key=lambda r: r["step (s)"])
     assert best["layout"] == "DP=16 TP=8 PP=4" and rows[0]["vs planner's best"] > 1.5
     sweep = lab08_plans.tp_pp_sweep(l70, calc.dgx_a100(32), 1024, 4096, 8, ((16, 2), (8, 4)))
@@ -122,10 +127,9 @@ def test_diagrams_build():
     assert all(f"rank {r}" in texts for r in range(topo.world_size))
 
 
-
-
 def test_mesh_groups_dry_run_logic():
     from lab_utils.exercises.mesh_groups import _collective_problem, axis_groups
+
     same = [[((0, 1), False), ((2, 3), False)]] * 2
     assert _collective_problem(same) is None
     members_only = [[((0, 1), False)], [((2, 3), False)]]

@@ -1,4 +1,5 @@
 """Lab 14's experiments beside the matrix: resuming on another world size, the health log."""
+
 from __future__ import annotations
 
 from lab_utils.experiments.lab14 import HealthRow, agreement, resume_coverage
@@ -17,8 +18,9 @@ def test_resume_by_step_count_repeats_or_skips_and_by_samples_does_not():
 
 
 def test_agreement_flags_replicas_that_differ():
-    rows = [HealthRow("x", 0, r, 4.0, 128, 1.5 if r else 1.25, "ab" if r else "cd", 2)
-            for r in range(2)]
+    rows = [
+        HealthRow("x", 0, r, 4.0, 128, 1.5 if r else 1.25, "ab" if r else "cd", 2) for r in range(2)
+    ]
     (row,) = agreement(rows)
     assert not row["grad norms agree"] and not row["weights agree"]
     assert row["tokens"] == row["expected tokens"] and row["collectives per rank"] == [2]

@@ -1,4 +1,5 @@
 """The launcher: results come back, failures and hangs end cleanly, nothing is left behind."""
+
 import os
 import queue
 import subprocess
@@ -66,7 +67,9 @@ def test_results_by_rank_with_args_and_kwargs():
     results = run(sum_of_ranks, 4, 2.0, offset=1.0, quiet=True)
     expected_sum = sum(2.0 * r + 1.0 for r in range(4))
     assert [r["rank"] for r in results] == [0, 1, 2, 3]
-    assert all(r["world"] == 4 and r["sum"] == expected_sum and r["device"] == "cpu" for r in results)
+    assert all(
+        r["world"] == 4 and r["sum"] == expected_sum and r["device"] == "cpu" for r in results
+    )
     assert results.backend == "gloo" and results.world_size == 4 and results.clean_exit
     assert results.elapsed_s > 0
 
@@ -91,8 +94,10 @@ def test_output_is_streamed_with_rank_prefix(capsys):
     assert "[rank 1] hello from 1" in results.log
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), ("4", TypeError),
-                                        (2.0, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [(0, ValueError), (-2, ValueError), ("4", TypeError), (2.0, TypeError), (True, TypeError)],
+)
 def test_bad_world_size_is_named(bad, error):
     with pytest.raises(error, match="world_size"):
         run(sum_of_ranks, bad, 1.0)
@@ -115,14 +120,18 @@ def test_not_callable_and_bad_backend():
     with pytest.raises(ValueError, match="backend must be"):
         run(sum_of_ranks, 2, 1.0, backend="mpi")
     gpus = torch.cuda.device_count()
-    with pytest.raises(ValueError, match=f"'nccl' needs one GPU per rank on a node: {gpus + 1} ranks, {gpus} GPU"):
+    with pytest.raises(
+        ValueError, match=f"'nccl' needs one GPU per rank on a node: {gpus + 1} ranks, {gpus} GPU"
+    ):
         run(sum_of_ranks, gpus + 1, 1.0, backend="nccl")
 
 
 def test_the_agent_never_initialises_cuda_before_forking_ranks():
     """Ranks are forked from torchrun's agent; one forked after its parent asked the CUDA driver
     anything cannot use CUDA (seen on an H200: every NCCL run failed). torchrun asks
-    torch.cuda.is_available(), so the agent makes torch answer from NVML, which every rank inherits."""
+    torch.cuda.is_available(), so the agent makes torch answer from NVML, which every rank
+    inherits."""
+
     def nvml_check(ctx):
         return os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
 
@@ -227,7 +236,9 @@ def test_oversubscription_note():
     cores = os.cpu_count()
     assert oversubscription_note(cores + 1, "gloo").startswith(f"note: {cores + 1} ranks share")
     assert oversubscription_note(1, "gloo") is None
-    assert oversubscription_note(cores + 1, "nccl") is None  # GPU ranks do not share CPU cores for compute
+    assert (
+        oversubscription_note(cores + 1, "nccl") is None
+    )  # GPU ranks do not share CPU cores for compute
 
 
 def test_preload_reaches_every_rank_without_importing_there():
@@ -262,7 +273,9 @@ def test_a_dead_rank_is_named_when_the_output_ends_before_the_agent_is_seen_to_e
         (tmp_path / f"rank{rank}.term").write_text("")  # stopped by torchrun after rank 1 died
     lines: queue.Queue = queue.Queue()
     lines.put(None)  # the agent's output has ended...
-    agent = types.SimpleNamespace(lines=lines, running=lambda: True)  # ...its exit is not yet announced
+    agent = types.SimpleNamespace(
+        lines=lines, running=lambda: True
+    )  # ...its exit is not yet announced
     out = wait_for_ranks(agent, str(tmp_path), 3, 30.0, True, time.perf_counter())
     assert out.dead == [1]
 
@@ -308,8 +321,9 @@ def test_ranks_in_different_collectives_are_a_hang_not_a_death():
     with pytest.raises(RankTimeout) as info:
         run(one_step_fewer_on_rank_1, 2, quiet=True, timeout_s=60)
     message = str(info.value)
-    assert message.startswith("ranks 0, 1 did not finish: the ranks were inside DIFFERENT "
-                              "collectives")
+    assert message.startswith(
+        "ranks 0, 1 did not finish: the ranks were inside DIFFERENT collectives"
+    )
     assert "died" not in message and "segfault" not in message.replace("no segfault", "")
     assert "rank 0 was in all_reduce, at one_step_fewer_on_rank_1" in message
     assert "dist.all_reduce(grad, group=ctx.group)" in message

@@ -1,14 +1,24 @@
 """The layout-equivalence matrix (lab_utils.correctness.matrix): its layouts, its bound, and
 one 2-rank launch in which every technique must land on the verdict it earns."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from lab_utils.correctness.matrix import (QUICK_PLANS, Compared, Plan, References,
-                                          all_plans, compare, counts, illegal, layout_matrix,
-                                          merge)
+from lab_utils.correctness.matrix import (
+    QUICK_PLANS,
+    Compared,
+    Plan,
+    References,
+    all_plans,
+    compare,
+    counts,
+    illegal,
+    layout_matrix,
+    merge,
+)
 
 
 @pytest.fixture(scope="module")
@@ -17,8 +27,12 @@ def refs() -> References:
 
 
 def test_layout_names_the_bad_field():
-    for kwargs, field in [({"tp": 0}, "Plan.tp"), ({"dp_kind": "zero3"}, "Plan.dp_kind"),
-                          ({"schedule": "1f2b"}, "Plan.schedule"), ({"bug": "x"}, "Plan.bug")]:
+    for kwargs, field in [
+        ({"tp": 0}, "Plan.tp"),
+        ({"dp_kind": "zero3"}, "Plan.dp_kind"),
+        ({"schedule": "1f2b"}, "Plan.schedule"),
+        ({"bug": "x"}, "Plan.bug"),
+    ]:
         with pytest.raises(ValueError, match=field):
             Plan(**kwargs)
 
@@ -38,8 +52,13 @@ def test_all_plans_are_legal_distinct_and_fit():
     assert all(illegal(lay) is None and lay.size <= 8 for lay in layouts)
     families = {lay.family for lay in layouts}
     assert {"DP", "ZeRO", "FSDP", "TP", "PP", "CP", "EP", "composed", "control"} <= families
-    assert {lay.schedule for lay in layouts if lay.pp > 1} == {"gpipe", "1f1b", "interleaved",
-                                                               "zb-h1", "zb-h2"}
+    assert {lay.schedule for lay in layouts if lay.pp > 1} == {
+        "gpipe",
+        "1f1b",
+        "interleaved",
+        "zb-h1",
+        "zb-h2",
+    }
     assert all(lay.size <= 4 for lay in QUICK_PLANS)
 
 
@@ -61,10 +80,18 @@ def test_merge_refuses_a_layout_that_left_parameters_out(refs):
 
 
 def test_every_technique_on_two_ranks_earns_its_verdict():
-    layouts = [Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero2"),
-               Plan(dp=2, dp_kind="fsdp"), Plan(tp=2, sp=True), Plan(pp=2),
-               Plan(pp=2, schedule="interleaved"), Plan(cp=2), Plan(ep=2),
-               Plan(dp=2, bug="sum")]
+    layouts = [
+        Plan(),
+        Plan(dp=2),
+        Plan(dp=2, dp_kind="zero2"),
+        Plan(dp=2, dp_kind="fsdp"),
+        Plan(tp=2, sp=True),
+        Plan(pp=2),
+        Plan(pp=2, schedule="interleaved"),
+        Plan(cp=2),
+        Plan(ep=2),
+        Plan(dp=2, bug="sum"),
+    ]
     cells = layout_matrix(layouts, steps=2, timeout_s=120)
     got = {c.plan.name: c.verdict for c in cells}
     assert got.pop("1 rank") == "bitwise"  # the same ops in the same order, on a rank
@@ -78,9 +105,12 @@ def test_heatmap_has_one_row_per_family_and_a_colour_per_verdict():
     from lab_utils.correctness.matrix import Cell
     from lab_utils.viz.layout_matrix import layout_matrix_figure
 
-    cells = [Cell(Plan(), "bitwise", 0.1, 1e-7, 0.0), Cell(Plan(dp=2), "close", 0.1, 1e-7,
-             7e-9), Cell(Plan(dp=4), "close", 0.1, 1e-7, 7e-9),
-             Cell(Plan(dp=2, bug="sum"), "wrong", 2e4, 1e-2, 1e-2)]
+    cells = [
+        Cell(Plan(), "bitwise", 0.1, 1e-7, 0.0),
+        Cell(Plan(dp=2), "close", 0.1, 1e-7, 7e-9),
+        Cell(Plan(dp=4), "close", 0.1, 1e-7, 7e-9),
+        Cell(Plan(dp=2, bug="sum"), "wrong", 2e4, 1e-2, 1e-2),
+    ]
     heat = layout_matrix_figure(cells).data[0]
     assert list(heat.y) == ["single", "DP", "control"]
     assert [list(r) for r in heat.z] == [[0, None], [1, 1], [2, None]]
@@ -93,6 +123,7 @@ def test_a_reference_that_fails_is_reported_as_such(monkeypatch):
     from functools import partial
 
     import lab_utils.correctness.matrix as matrix
+
     blown_up = partial(matrix.reference_weights, lr=float("inf"))  # weights become inf, nan
     monkeypatch.setattr(matrix, "reference_weights", blown_up)
     with pytest.raises(ValueError, match="the float64 reference itself failed"):

@@ -4,11 +4,11 @@ simulating the 4 replicas and against torch's PeriodicModelAverager; bytes; bad 
 In float64: in float32 the mean of 4 pseudo-gradients differs in its last bit between gloo's
 AVG and torch.stack().mean(), and the next AdamW steps amplify it (measured: 22 of 7,744
 weights off by up to 2e-5 after 8 steps). In float64 they agree to 1e-12."""
+
 import functools
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 
 from lab_utils import run
@@ -58,6 +58,7 @@ def _bad(ctx):
 
 def _everything(ctx):
     from lab_utils.experiments.lab04 import local_sgd as lab04_local_sgd
+
     out = {how: _train(ctx, how) for how in ("diloco", "local", "torch")}
     out["low"] = lab04_local_sgd.low_communication(ctx, CFG, 2, STEPS, EVERY)
     out["errors"] = _bad(ctx)
@@ -75,8 +76,7 @@ def one_process(outer_lr, outer_momentum):
     replicas = [TinyGPT(CFG, seed=0).double() for _ in range(K)]
     inner = [torch.optim.AdamW(m.parameters(), lr=LR) for m in replicas]
     glob = [torch.nn.Parameter(p.detach().clone()) for p in replicas[0].parameters()]
-    outer = torch.optim.SGD(glob, lr=outer_lr, momentum=outer_momentum,
-                            nesterov=outer_momentum > 0)
+    outer = torch.optim.SGD(glob, lr=outer_lr, momentum=outer_momentum, nesterov=outer_momentum > 0)
     for step, batch in enumerate(batches()):
         for r, (model, opt) in enumerate(zip(replicas, inner)):
             x, y = shard_for_rank(batch, r, K)

@@ -1,4 +1,5 @@
 """lab_utils.measure in one process: model-state bytes, saved activations, timeline, peak."""
+
 import time
 
 import pytest

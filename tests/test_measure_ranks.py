@@ -31,31 +31,45 @@ def _hand_written(ctx):
         with led.phase("p2p"), tl.span("p2p", step=0), CommLedger() as inner:  # ledgers nest
             # a ring of isend/irecv: every rank sends 256 floats right, receives from the left
             buf = torch.empty(256)
-            ops = [dist.P2POp(dist.isend, x[:256].clone(), (r + 1) % n),
-                   dist.P2POp(dist.irecv, buf, (r - 1) % n)]
+            ops = [
+                dist.P2POp(dist.isend, x[:256].clone(), (r + 1) % n),
+                dist.P2POp(dist.irecv, buf, (r - 1) % n),
+            ]
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
     summary = led.summary()
     barrier_tl = Timeline(ctx, align="barrier")  # multi-node style clock: from a shared barrier
     with barrier_tl.span("after_barrier"):
         pass
-    return {"inner": inner.count(), "barrier_events": barrier_tl.gather(),"ops": [(rec.op, rec.bytes_sent, rec.tensor_bytes, rec.group_size, rec.phase)
-                    for rec in led.records],
-            "durations": [rec.duration_s for rec in led.records],
-            "count_p2p": led.count(phase="p2p"), "sent_all": led.bytes_sent(),
-            "summary_ok": summary["count"] == len(led.records), "events": tl.gather()}
+    return {
+        "inner": inner.count(),
+        "barrier_events": barrier_tl.gather(),
+        "ops": [
+            (rec.op, rec.bytes_sent, rec.tensor_bytes, rec.group_size, rec.phase)
+            for rec in led.records
+        ],
+        "durations": [rec.duration_s for rec in led.records],
+        "count_p2p": led.count(phase="p2p"),
+        "sent_all": led.bytes_sent(),
+        "summary_ok": summary["count"] == len(led.records),
+        "events": tl.gather(),
+    }
 
 
 def test_ledger_hand_written_collectives_and_timeline():
     n, d = 4, 4096
     res = run(_hand_written, n, timeout_s=90, quiet=True)
-    expected = [("all_reduce", ring_bytes_per_rank("all_reduce", n, d), d),
-                ("broadcast", ring_bytes_per_rank("broadcast", n, d), d),
-                ("reduce", ring_bytes_per_rank("reduce", n, d), d),
-                ("all_gather", ring_bytes_per_rank("all_gather", n, n * d), n * d),
-                ("reduce_scatter", ring_bytes_per_rank("reduce_scatter", n, d), d),
-                ("all_to_all", ring_bytes_per_rank("all_to_all", n, d), d),
-                ("barrier", 0.0, 0), ("send", 1024.0, 1024), ("recv", 0.0, 1024)]
+    expected = [
+        ("all_reduce", ring_bytes_per_rank("all_reduce", n, d), d),
+        ("broadcast", ring_bytes_per_rank("broadcast", n, d), d),
+        ("reduce", ring_bytes_per_rank("reduce", n, d), d),
+        ("all_gather", ring_bytes_per_rank("all_gather", n, n * d), n * d),
+        ("reduce_scatter", ring_bytes_per_rank("reduce_scatter", n, d), d),
+        ("all_to_all", ring_bytes_per_rank("all_to_all", n, d), d),
+        ("barrier", 0.0, 0),
+        ("send", 1024.0, 1024),
+        ("recv", 0.0, 1024),
+    ]
     for rank, out in enumerate(res):
         got = [(op, sent, tb) for op, sent, tb, _, _ in out["ops"]]
         assert got == expected, f"rank {rank}: {got}"
@@ -71,7 +85,8 @@ def test_ledger_hand_written_collectives_and_timeline():
     events = res[0]["events"]
     assert all(r["events"] is None for r in res[1:])
     assert sorted((e["rank"], e["name"]) for e in events) == sorted(
-        (r, s) for r in range(n) for s in ("collectives", "p2p"))
+        (r, s) for r in range(n) for s in ("collectives", "p2p")
+    )
     assert min(e["start"] for e in events) == 0.0
     for r in range(n):  # each rank's p2p span starts after its collectives span ended
         mine = {e["name"]: e for e in events if e["rank"] == r}
@@ -83,12 +98,15 @@ def _torch_parallel(ctx):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.debug import CommDebugMode
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from lab_utils.measure import CommLedger, model_state_bytes
-    from lab_utils.models import GPTConfig, ToyMLP, TinyGPT
+    from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 
     out = {}
     idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(ctx.rank))
@@ -111,24 +129,32 @@ def _torch_parallel(ctx):
         with led.phase("backward"):
             loss.backward()
     opt.step()
-    out["fsdp"] = {(op, ph): (led.count(op, ph), led.tensor_bytes(op, ph), led.bytes_sent(op, ph))
-                   for op in ("all_gather", "reduce_scatter") for ph in ("forward", "backward")}
+    out["fsdp"] = {
+        (op, ph): (led.count(op, ph), led.tensor_bytes(op, ph), led.bytes_sent(op, ph))
+        for op in ("all_gather", "reduce_scatter")
+        for ph in ("forward", "backward")
+    }
     out["fsdp_state"] = model_state_bytes(gpt, opt)
     # DTensor TP on the MLPs: our count must equal CommDebugMode's
     tp = TinyGPT(GPTConfig())
     mesh = init_device_mesh("cpu", (ctx.world_size,))
     plan = {}
     for i in range(tp.cfg.n_layer):
-        plan.update({f"blocks.{i}.mlp.fc": ColwiseParallel(),
-                     f"blocks.{i}.mlp.proj": RowwiseParallel()})
+        plan.update(
+            {f"blocks.{i}.mlp.fc": ColwiseParallel(), f"blocks.{i}.mlp.proj": RowwiseParallel()}
+        )
     parallelize_module(tp, mesh, plan)
     cdm = CommDebugMode()
     with cdm, CommLedger() as led:
         with led.phase("forward"):
             y = tp(idx).sum()
         y.backward()
-    out["tp"] = (led.count(), led.count("all_reduce", "forward"), cdm.get_total_counts(),
-                 led.bytes_sent("all_reduce", "forward"))
+    out["tp"] = (
+        led.count(),
+        led.count("all_reduce", "forward"),
+        cdm.get_total_counts(),
+        led.bytes_sent("all_reduce", "forward"),
+    )
     return out
 
 

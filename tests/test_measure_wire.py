@@ -7,6 +7,7 @@ meters. Where gloo runs the ring algorithm wire is within 1% of the formula; eve
 collective's deviation is pinned here with its reason (the module docstring of
 lab_utils/measure/wire.py explains them; benchmarks/probe_wire.py prints the table).
 """
+
 import os
 import tempfile
 
@@ -20,7 +21,6 @@ from lab_utils.experiments.lab03 import WIRE_NUMEL
 from lab_utils.measure import GLOO_HEADER_BYTES, WireMeter, byte_row, wire_matrix
 from lab_utils.measure import wire as wire_module
 
-
 D = 4 * WIRE_NUMEL  # bytes of the float32 tensor every collective moves
 HEADERS_ONLY = 1024  # a rank that sends no payload still sends a few 48-byte headers
 # CommLedger's first collective imports torch._dynamo (~5 s of CPU per rank): once, in the agent
@@ -33,6 +33,7 @@ def close(measured, expected, rel=0.01):
 
 def _collectives_and_matrices(ctx):
     from lab_utils.experiments import lab03
+
     return {"samples": lab03.wire_per_collective(ctx), "matrices": lab03.who_sends_to_whom(ctx)}
 
 
@@ -49,7 +50,7 @@ def by_op(res, op):
 
 def tree_children(r, n):
     """gloo's broadcast tree from root 0: rank r sends to r + 2^k for every 2^k > r (< n)."""
-    return [r + 2 ** k for k in range(n.bit_length()) if 2 ** k > r and r + 2 ** k < n]
+    return [r + 2**k for k in range(n.bit_length()) if 2**k > r and r + 2**k < n]
 
 
 def test_ledger_is_the_formula_by_construction(launch):
@@ -59,8 +60,9 @@ def test_ledger_is_the_formula_by_construction(launch):
             assert s.ledger == s.formula, s  # what the ledger calls bytes IS the formula
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather_single", "all_gather (list)",
-                                "all_to_all"])
+@pytest.mark.parametrize(
+    "op", ["all_reduce", "all_gather_single", "all_gather (list)", "all_to_all"]
+)
 def test_ring_collectives_within_one_percent_of_formula(launch, op):
     n, res = launch
     for r, s in by_op(res, op).items():
@@ -146,8 +148,12 @@ def test_who_sends_to_whom(launch):
             assert nxt == {i: (i + 1) % n for i in range(n)}
             if n > 2:  # the left neighbour hears "ready" messages; the others nothing
                 assert all(0 < m[i][(i - 1) % n] < HEADERS_ONLY for i in range(n))
-                assert all(m[i][j] == 0 for i in range(n) for j in range(n)
-                           if j not in (i, (i + 1) % n, (i - 1) % n))
+                assert all(
+                    m[i][j] == 0
+                    for i in range(n)
+                    for j in range(n)
+                    if j not in (i, (i + 1) % n, (i - 1) % n)
+                )
         seen, i = set(), 0
         while i not in seen:
             seen.add(i)
@@ -229,7 +235,14 @@ def test_byte_row_and_a_meter_outside_distributed():
     with WireMeter() as wire:  # no process group: still counts, names no peer
         pass
     assert wire.method == "tcp_info" and wire.sent == 0 and wire.result().sent_to == {}
-    row = byte_row("all_reduce", formula=100.0, ledger=100.0, wire=wire_module.WireBytes(101),
-                   note="ring")
-    assert row == {"what": "all_reduce", "formula": 100.0, "ledger": 100.0, "wire": 101,
-                   "wire / formula": 1.01, "note": "ring"}
+    row = byte_row(
+        "all_reduce", formula=100.0, ledger=100.0, wire=wire_module.WireBytes(101), note="ring"
+    )
+    assert row == {
+        "what": "all_reduce",
+        "formula": 100.0,
+        "ledger": 100.0,
+        "wire": 101,
+        "wire / formula": 1.01,
+        "note": "ring",
+    }

@@ -1,10 +1,11 @@
 """Models, synthetic data and the single-process reference (lab_utils.models/data/reference)."""
+
 import pytest
 import torch
 from torch.testing import assert_close
 
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
-from lab_utils.models import GPTConfig, ToyMLP, TinyGPT, count_params, lm_loss, split_stages
+from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params, lm_loss, split_stages
 from lab_utils.reference import forward_backward, reference_losses, reference_run
 
 CFG = GPTConfig()  # vocab 64, seq 16, 2 layers, 2 heads, d_model 32
@@ -16,6 +17,7 @@ def tokens(seed: int = 0, batch: int = 4) -> torch.Tensor:
 
 
 # -- config and construction ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "kwargs, match",
@@ -98,6 +100,7 @@ def test_toy_mlp_options():
 
 # -- pipeline split ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "n_layer, n_stages, balance",
     [(2, 1, None), (2, 2, None), (3, 2, None), (3, 3, None), (3, 2, [0, 3])],
@@ -124,6 +127,7 @@ def test_split_stages_errors():
 
 # -- data -------------------------------------------------------------------------------------
 
+
 def test_token_batches_follow_the_rule_and_are_deterministic():
     batches = token_batches(2, 4, CFG.seq_len, CFG.vocab_size, seed=0)
     x, y = batches[0]
@@ -148,6 +152,7 @@ def test_shard_for_rank_tiles_the_global_batch():
 
 
 # -- reference training -----------------------------------------------------------------------
+
 
 def test_loss_decreases_on_synthetic_tokens():
     batches = token_batches(4, 8, CFG.seq_len, CFG.vocab_size)

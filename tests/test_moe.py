@@ -8,8 +8,14 @@ import torch
 from lab_utils import run
 from lab_utils.experiments import lab09
 from lab_utils.experiments.lab09 import balance as lab09_balance
-from lab_utils.parallel.expert_parallel import (MoELayer, all_to_all_rows, dispatch_and_combine,
-                                                expert_capacity, load_balancing_loss, route)
+from lab_utils.parallel.expert_parallel import (
+    MoELayer,
+    all_to_all_rows,
+    dispatch_and_combine,
+    expert_capacity,
+    load_balancing_loss,
+    route,
+)
 
 
 # ------------------------------------------------------------------ one process
@@ -34,7 +40,7 @@ def test_route_matches_naive_loops(k, cf):
     r = route(logits, k, cf)
     idx, keep = naive_route(logits, k, cf)
     assert torch.equal(r.expert_idx, idx) and torch.equal(r.keep, keep)
-    assert torch.allclose(r.gate.sum(-1), torch.ones(20))            # renormalised over k
+    assert torch.allclose(r.gate.sum(-1), torch.ones(20))  # renormalised over k
     raw = route(logits, k, cf, normalize=False).gate
     assert torch.allclose(raw, torch.softmax(logits, -1).gather(1, idx))
     if cf is None:
@@ -49,7 +55,7 @@ def test_load_balancing_loss_is_one_when_even_and_e_when_collapsed():
     collapsed = load_balancing_loss(torch.eye(E)[[0] * 8], torch.zeros(8, 1, dtype=torch.long))
     assert even.item() == pytest.approx(1.0) and collapsed.item() == pytest.approx(E)
     probs = torch.softmax(torch.randn(8, E, requires_grad=True), -1)
-    load_balancing_loss(probs, probs.topk(2).indices).backward()    # gradient flows via P_e
+    load_balancing_loss(probs, probs.topk(2).indices).backward()  # gradient flows via P_e
 
 
 def test_dense_layer_matches_a_per_token_loop_and_dispatch_and_combine():
@@ -58,25 +64,38 @@ def test_dense_layer_matches_a_per_token_loop_and_dispatch_and_combine():
     out = moe(x, n_groups=2)
     r = out.routing
     assert (~r.keep).any(), "the test needs dropped assignments"
-    loop = torch.stack([sum((r.gate[t, j] * moe.experts[int(r.expert_idx[t, j])](x[t])
-                             for j in range(2) if r.keep[t, j]), torch.zeros(6))
-                        for t in range(16)])
+    loop = torch.stack(
+        [
+            sum(
+                (
+                    r.gate[t, j] * moe.experts[int(r.expert_idx[t, j])](x[t])
+                    for j in range(2)
+                    if r.keep[t, j]
+                ),
+                torch.zeros(6),
+            )
+            for t in range(16)
+        ]
+    )
     torch.testing.assert_close(out.y, loop, rtol=1e-6, atol=1e-6)
 
     def local_exchange(rows, counts):  # every expert in this process: no communication
-        return torch.cat([moe.experts[e](chunk) for e, chunk in
-                          enumerate(rows.split(counts.tolist()))])
+        return torch.cat(
+            [moe.experts[e](chunk) for e, chunk in enumerate(rows.split(counts.tolist()))]
+        )
+
     for half in (slice(0, 8), slice(8, 16)):  # one capacity group each
-        y = dispatch_and_combine(x[half], r.expert_idx[half], r.gate[half], r.keep[half], 4,
-                                 local_exchange)
+        y = dispatch_and_combine(
+            x[half], r.expert_idx[half], r.gate[half], r.keep[half], 4, local_exchange
+        )
         torch.testing.assert_close(y, out.y[half], rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------ on ranks
 def test_expert_parallel_matches_dense_reference_at_2_and_4_ranks():
     res = run(lab09.ep_checks, 4, (2, 4), timeout_s=180, quiet=True, preload=("torch._dynamo",))
-    assert "invalid tensor size" in res[0].uneven_all_gather   # gloo: no uneven all_gather
-    assert all(r.uneven_all_to_all for r in res)               # but uneven all_to_all works
+    assert "invalid tensor size" in res[0].uneven_all_gather  # gloo: no uneven all_gather
+    assert all(r.uneven_all_to_all for r in res)  # but uneven all_to_all works
     for n in (2, 4):
         rows = [row for rank in res for row in rank.rows if row.ep == n]
         assert len(rows) == 4
@@ -88,16 +107,20 @@ def test_expert_parallel_matches_dense_reference_at_2_and_4_ranks():
         assert rows[0].dropped > 0 and len(set(rows[0].tokens_per_expert)) > 1  # uneven, drops
         # what leaves a rank in the dispatch comes back to it in the combine, over the group
         for block in range(4 // n):
-            members = rows[block * n:(block + 1) * n]
-            assert sum(r.bytes_splits["dispatch"] for r in members) == \
-                sum(r.bytes_splits["combine"] for r in members)
+            members = rows[block * n : (block + 1) * n]
+            assert sum(r.bytes_splits["dispatch"] for r in members) == sum(
+                r.bytes_splits["combine"] for r in members
+            )
         # the ledger applies (n-1)/n to the whole send buffer: right for even splits only
         assert any(r.bytes_ledger["dispatch"] != r.bytes_splits["dispatch"] for r in rows)
-        assert rows[0].bytes_ledger["counts"] == (n - 1) / n * 8 * 8   # E int64 counts
+        assert rows[0].bytes_ledger["counts"] == (n - 1) / n * 8 * 8  # E int64 counts
         # the wire (kernel-counted) is the splits' payload + 3 (n-1) gloo headers per all-to-all
         for r in rows:
             rows_payload = r.bytes_splits["dispatch"] + r.bytes_splits["combine"]
-            assert r.bytes_wire["forward"] == r.bytes_splits["counts"] + rows_payload + 3 * 3 * (n - 1) * 48
+            assert (
+                r.bytes_wire["forward"]
+                == r.bytes_splits["counts"] + rows_payload + 3 * 3 * (n - 1) * 48
+            )
             assert r.bytes_wire["backward"] == rows_payload + 2 * 3 * (n - 1) * 48
 
 
@@ -125,32 +148,35 @@ def test_all_to_all_rows_matches_torch_functional_forward_and_backward():
 
 def test_ep_times_dp_on_a_2d_mesh_trains_like_the_reference():
     res = run(lab09.ep_dp_mesh, 4, 2, 2, 3, timeout_s=180, quiet=True, preload=("torch._dynamo",))
-    assert sorted((r.coords["dp"], r.coords["ep"]) for r in res) == [(0, 0), (0, 1), (1, 0),
-                                                                    (1, 1)]
+    assert sorted((r.coords["dp"], r.coords["ep"]) for r in res) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for r in res:
-        torch.testing.assert_close(torch.tensor(r.losses), torch.tensor(r.ref_losses),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor(r.losses), torch.tensor(r.ref_losses), rtol=1e-5, atol=1e-6
+        )
         assert r.param_err <= 1e-5
         assert r.comm["forward"]["ops"] == {"all_to_all": 3}
         assert r.comm["backward"]["ops"] == {"all_to_all": 2}
         for phase in ("experts over dp", "router over all"):
             assert set(r.comm[phase]["ops"]) == {"all_reduce"}
             assert r.comm[phase]["bytes"] == pytest.approx(r.formula[phase])
-            headers = (r.comm[phase]["wire"] - r.formula[phase]) / 48      # gloo's framing
+            headers = (r.comm[phase]["wire"] - r.formula[phase]) / 48  # gloo's framing
             assert headers == int(headers) and headers > 0
 
 
 def test_balance_loss_evens_the_load_and_capacity_trades_drops_for_memory():
-    res = run(lab09_balance.balance_run, 4, (0.0, 1.0), 12, (0.5, 1.0, 2.0), timeout_s=120,
-              quiet=True)[0]
+    res = run(
+        lab09_balance.balance_run, 4, (0.0, 1.0), 12, (0.5, 1.0, 2.0), timeout_s=120, quiet=True
+    )[0]
+
     def skew(coef):
         last = torch.tensor(res.tokens_per_expert[coef][-1], dtype=torch.float)
         return (last.max() / last.mean()).item()
+
     assert skew(1.0) < skew(0.0)
     assert res.aux_loss[1.0][-1] < res.aux_loss[0.0][-1]
     for coef in (0.0, 1.0):
         rows = [row for row in res.capacity if row["aux coef"] == coef]
         drops = [row["dropped %"] for row in rows]
-        assert drops == sorted(drops, reverse=True)                 # more capacity, fewer drops
+        assert drops == sorted(drops, reverse=True)  # more capacity, fewer drops
         assert [row["padded buffer rows"] for row in rows] == [4 * 2 * row["C"] for row in rows]
         assert all(row["rows, busiest rank"] <= row["padded buffer rows"] for row in rows)

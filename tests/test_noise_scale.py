@@ -1,4 +1,5 @@
 """measure.gradient_noise_scale against its definition, and the batch-size calculators."""
+
 import math
 
 import pytest
@@ -34,8 +35,8 @@ def test_noise_scale_recovers_a_known_variance():
     small, big = [draw(4) for _ in range(2000)], [draw(64) for _ in range(2000)]
     ns = gradient_noise_scale(MODEL, small, big, loss)
     assert ns.grad_sq == pytest.approx(float(mu @ mu), rel=0.05)  # |G|^2 at w = 0
-    assert ns.trace_cov == pytest.approx(3 * sd ** 2, rel=0.05)
-    assert ns.b_noise == pytest.approx(3 * sd ** 2 / float(mu @ mu), rel=0.1)
+    assert ns.trace_cov == pytest.approx(3 * sd**2, rel=0.05)
+    assert ns.b_noise == pytest.approx(3 * sd**2 / float(mu @ mu), rel=0.1)
     with pytest.raises(ValueError, match="smaller than the big"):
         gradient_noise_scale(MODEL, big, small, loss)
 
@@ -58,6 +59,7 @@ def test_batch_size_rules_and_chinchilla():
 def test_roofline_by_hand():
     """H100 over NVLink 4 and over one NDR NIC; TP and FSDP intensities from their formulas."""
     from lab_utils.calc import critical_intensity, fsdp_intensity, tp_intensity
+
     assert critical_intensity(989e12, 450e9) == pytest.approx(2197.8, rel=1e-4)
     assert critical_intensity(989e12, 50e9) == pytest.approx(19780)
     assert tp_intensity(8192, 8) == pytest.approx(3 * 8192 / 7)  # bf16: 3h / (t-1)

@@ -5,6 +5,7 @@ CLI) that launches ranks, then ends it with SIGTERM (``kill PID``, coreutils ``t
 supervisor) or SIGKILL (the OOM killer), and checks that no rank of THAT process survives 2 s
 later. The ranks are found by a marker in their environment, so other tests' ranks never count.
 """
+
 import os
 import signal
 import subprocess
@@ -61,20 +62,32 @@ def _like_a_fresh_process() -> None:
 
 
 def what_it_is_doing(pid: int) -> str:
-    """For a caller that did not exit: its signal state, each thread's kernel wait, its Python stacks."""
+    """For a caller that did not exit: its signal state, each thread's kernel wait, its Python
+    stacks."""
     lines = []
     try:
         with open(f"/proc/{pid}/status") as f:
-            lines += [l.strip() for l in f if l.split(":")[0] in ("State", "SigPnd", "ShdPnd", "SigBlk",
-                                                                   "SigIgn", "SigCgt", "Threads")]
+            lines += [
+                l.strip()
+                for l in f
+                if l.split(":")[0]
+                in ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "Threads")
+            ]
         for tid in sorted(os.listdir(f"/proc/{pid}/task")):
-            with open(f"/proc/{pid}/task/{tid}/wchan") as f, open(f"/proc/{pid}/task/{tid}/comm") as g:
+            with (
+                open(f"/proc/{pid}/task/{tid}/wchan") as f,
+                open(f"/proc/{pid}/task/{tid}/comm") as g,
+            ):
                 lines.append(f"thread {tid} {g.read().strip()}: {f.read().strip()}")
     except OSError as e:
         lines.append(f"/proc/{pid}: {e}")
     try:
-        dump = subprocess.run([os.path.join(os.path.dirname(sys.executable), "py-spy"), "dump", "--pid", str(pid)],
-                              capture_output=True, text=True, timeout=30)
+        dump = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "py-spy"), "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         lines.append(dump.stdout + dump.stderr)
     except (OSError, subprocess.TimeoutExpired) as e:
         lines.append(f"py-spy: {e}")
@@ -83,8 +96,15 @@ def what_it_is_doing(pid: int) -> str:
 
 def start(args: list[str], ready: str, mark: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT, **{MARK: mark})
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=_like_a_fresh_process)
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_like_a_fresh_process,
+    )
     seen = 0
     for line in proc.stdout:  # wait until both ranks really run
         seen += ready in line
@@ -106,9 +126,12 @@ SLOW = textwrap.dedent("""
 """)
 
 
-# SIGINT is what "interrupt kernel" and Ctrl-C send; SIGTERM what `kill PID` sends; SIGKILL the OOM killer
+# SIGINT is what "interrupt kernel" and Ctrl-C send; SIGTERM what `kill PID` sends; SIGKILL the OOM
+# killer
 @pytest.mark.parametrize("how", ["pooled", "cold"])
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"]
+)
 def test_ranks_die_with_the_process_that_called_run(how, sig):
     mark = uuid.uuid4().hex
     proc = start([sys.executable, "-c", SLOW, how], "started", mark)
@@ -122,23 +145,42 @@ def test_ranks_die_with_the_process_that_called_run(how, sig):
     except subprocess.TimeoutExpired:
         doing = what_it_is_doing(proc.pid)
         proc.kill()
-        pytest.fail(f"the caller ignored {sig.name} for 60 s; this pytest worker's SIGINT handler and "
-                    f"blocked signals were {worker_sigint}. The caller:\n{doing}")
+        pytest.fail(
+            f"the caller ignored {sig.name} for 60 s; this pytest worker's SIGINT handler and "
+            f"blocked signals were {worker_sigint}. The caller:\n{doing}"
+        )
     assert gone_within(mark, proc.pid, 2.0) == [], "ranks outlived their caller"
 
 
 def test_ranks_die_when_the_cli_is_terminated(tmp_path):
-    (tmp_path / "slow_target.py").write_text(textwrap.dedent("""
+    (tmp_path / "slow_target.py").write_text(
+        textwrap.dedent("""
         import time
         def slow(ctx):
             print("started", flush=True)
             time.sleep(300)
-    """))
+    """)
+    )
     mark = uuid.uuid4().hex
     env_path = f"{tmp_path}{os.pathsep}{ROOT}"
-    proc = subprocess.Popen([sys.executable, "-m", "lab_utils", "run", "slow_target:slow", "--nproc", "2",
-                             "--timeout", "400"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=env_path, **{MARK: mark}),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lab_utils",
+            "run",
+            "slow_target:slow",
+            "--nproc",
+            "2",
+            "--timeout",
+            "400",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=env_path, **{MARK: mark}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen = 0
     for line in proc.stdout:
         seen += "started" in line
@@ -165,8 +207,11 @@ def test_an_idle_pool_dies_with_its_kernel_and_its_folder_is_cleaned_next_time()
     mark = uuid.uuid4().hex
     proc = start([sys.executable, "-c", IDLE], "started", mark)
     time.sleep(0.5)
-    owned = [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(TMP_PREFIX)
-             and _owner(os.path.join(tempfile.gettempdir(), d)) == proc.pid]
+    owned = [
+        d
+        for d in os.listdir(tempfile.gettempdir())
+        if d.startswith(TMP_PREFIX) and _owner(os.path.join(tempfile.gettempdir(), d)) == proc.pid
+    ]
     assert owned, "the pool keeps a run folder"
     proc.kill()  # no atexit, no cleanup: like a kernel killed by the OOM killer
     proc.wait(timeout=120)
@@ -194,8 +239,9 @@ def test_the_suites_own_servers_die_with_pytest(die_with_pytest):
     if pid == 0:  # the stand-in for pytest: start the child, report its pid, wait to be killed
         try:
             os.close(read_fd)
-            child = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{MARK: mark}),
-                                     preexec_fn=die_with_pytest)
+            child = subprocess.Popen(
+                ["sleep", "60"], env=dict(os.environ, **{MARK: mark}), preexec_fn=die_with_pytest
+            )
             os.write(write_fd, str(child.pid).encode())
             os.close(write_fd)
             time.sleep(60)

@@ -7,16 +7,21 @@ communication of every mesh axis must equal its formula (lab_utils.calc.comm) in
 wire bytes each axis carried (WireMeter, by peer) must equal the ledger's, plus gloo's 48-byte
 headers (and, for FSDP's reduce-scatters, gloo's all-reduce-sized reduce-scatter).
 """
+
 import pytest
 import torch
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.calc.comm import (dp_bytes_per_rank, pp_bytes_per_microbatch,
-                                 ring_bytes_per_rank, tp_layer_comm)
+from lab_utils.calc.comm import (
+    dp_bytes_per_rank,
+    pp_bytes_per_microbatch,
+    ring_bytes_per_rank,
+    tp_layer_comm,
+)
 from lab_utils.data import token_batches
-from lab_utils.models import TinyGPT
 from lab_utils.experiments.lab08 import CFG, LR, experiments_2d, reference_grads, train_3d
+from lab_utils.models import TinyGPT
 from lab_utils.reference import reference_losses
 
 STEPS, B, M, MB = 3, 16, 4, 2  # global batch B = dp * M micro-batches * MB rows (3D)
@@ -31,20 +36,29 @@ def ref_losses():
 
 
 def test_2d_matches_reference_and_formulas(ref_losses):
-    res = run(experiments_2d, 4, STEPS, global_batch=B, preload=PRELOAD, timeout_s=240,
-              quiet=True)
+    res = run(experiments_2d, 4, STEPS, global_batch=B, preload=PRELOAD, timeout_s=240, quiet=True)
     ref_grads = reference_grads(1, B)
     for rank, out in enumerate(res):
         for variant in ("torch", "ours"):
-            assert_close(torch.tensor(out[variant].losses), torch.tensor(ref_losses),
-                         rtol=1e-5, atol=1e-6, msg=lambda s, v=variant: f"rank {rank} {v}: {s}")
+            assert_close(
+                torch.tensor(out[variant].losses),
+                torch.tensor(ref_losses),
+                rtol=1e-5,
+                atol=1e-6,
+                msg=lambda s, v=variant: f"rank {rank} {v}: {s}",
+            )
             # AdamW barely sees a gradient's scale (a sum instead of a mean over dp still gives
             # nearly the same losses): the first step's gradients catch that kind of bug
             grads = out[variant].grads
             assert set(grads) == set(ref_grads)
             for name, g in grads.items():
-                assert_close(g, ref_grads[name], rtol=1e-4, atol=1e-6,
-                             msg=lambda s, n=name, v=variant: f"rank {rank} {v} {n}: {s}")
+                assert_close(
+                    g,
+                    ref_grads[name],
+                    rtol=1e-4,
+                    atol=1e-6,
+                    msg=lambda s, n=name, v=variant: f"rank {rank} {v} {n}: {s}",
+                )
         ours, torch_ = out["ours"], out["torch"]
         tp_ar = tp_layer_comm(B // 2, T, C, 2, bytes_per_elem=4).bytes_per_rank  # per layer
         # ours: fused qkv -> 2 all-reduces per layer forward + 2 backward; 1 grad all-reduce
@@ -61,7 +75,8 @@ def test_2d_matches_reference_and_formulas(ref_losses):
         assert pb == ours.param_bytes  # the same TP shards, DTensor or ours
         assert torch_.comm["dp"].ops == {"all_gather": 2 * L + 1, "reduce_scatter": L + 1}
         want = dp_bytes_per_rank(pb["blocks"], 2, "fsdp") + 2 * ring_bytes_per_rank(
-            "all_gather", 2, pb["root"])
+            "all_gather", 2, pb["root"]
+        )
         assert torch_.comm["dp"].ledger == pytest.approx(want)
         for run_ in (ours, torch_):  # wire = ledger + gloo's RS excess + 48-byte headers
             for axis, c in run_.comm.items():
@@ -79,12 +94,15 @@ def test_3d_matches_reference_and_formulas(ref_losses):
     for out in res:
         assert_close(torch.tensor(out.losses), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
         for name, g in out.grads.items():
-            assert_close(g, ref_grads[name], rtol=1e-4, atol=1e-6, msg=lambda s, n=name: f"{n}: {s}")
+            assert_close(
+                g, ref_grads[name], rtol=1e-4, atol=1e-6, msg=lambda s, n=name: f"{n}: {s}"
+            )
             seen.add(name)
         comm, layers = out.comm, out.layers
         assert comm["tp"].ops == {"all_reduce": 4 * M * layers}
         assert comm["tp"].ledger == pytest.approx(
-            M * layers * tp_layer_comm(MB, T, C, 2, bytes_per_elem=4).bytes_per_rank)
+            M * layers * tp_layer_comm(MB, T, C, 2, bytes_per_elem=4).bytes_per_rank
+        )
         assert comm["pp"].ops == {"send": M, "recv": M}  # pp = 2: one boundary
         assert comm["pp"].ledger == pytest.approx(M * pp_bytes_per_microbatch(MB, T, C, 4))
         assert comm["dp"].ops == {"all_reduce": 1}

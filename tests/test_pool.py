@@ -1,4 +1,5 @@
 """Warm ranks: reuse, isolation between runs, and the same failure semantics as a cold launch."""
+
 import os
 import random
 import threading
@@ -50,8 +51,14 @@ def leaves_a_mess(ctx):
 def looks_clean(ctx):
     hooks = torch.nn.modules.module._global_forward_hooks
     groups = len(dist.distributed_c10d._world.pg_map)
-    return (COUNTER, torch.is_grad_enabled(), torch.get_default_dtype(), len(hooks), groups,
-            os.getpid())
+    return (
+        COUNTER,
+        torch.is_grad_enabled(),
+        torch.get_default_dtype(),
+        len(hooks),
+        groups,
+        os.getpid(),
+    )
 
 
 def test_what_a_run_changes_does_not_leak_into_the_next():
@@ -94,14 +101,18 @@ def stuck(ctx):
 
 def test_failures_are_reported_as_cold_ones_and_the_next_run_gets_fresh_ranks():
     warm = run(pid, 2, quiet=True)
-    with pytest.raises(RankFailure, match=r"^rank 1 raised ValueError: bad value on purpose") as info:
+    with pytest.raises(
+        RankFailure, match=r"^rank 1 raised ValueError: bad value on purpose"
+    ) as info:
         run(raises_on_rank_1, 2, quiet=True, timeout_s=60)
     assert "raises_on_rank_1" in info.value.tracebacks[1]
     fresh = run(pid, 2, quiet=True)
     assert not set(fresh) & set(warm)
     with pytest.raises(RankTimeout, match=r"^rank 0 did not finish") as info:
         run(stuck, 2, quiet=True, timeout_s=8)
-    assert "rank 0 was waiting in stuck" in str(info.value) and "Finished: rank 1" in str(info.value)
+    assert "rank 0 was waiting in stuck" in str(info.value) and "Finished: rank 1" in str(
+        info.value
+    )
     assert not set(run(pid, 2, quiet=True)) & set(fresh)
 
 

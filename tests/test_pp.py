@@ -6,6 +6,7 @@ schedule's gradients, loss, peak in-flight count and p2p bytes (formula, ledger,
 and p = 2; a deadlocking order; two neighbours that disagree on the order (silently wrong
 gradients). The schedules' bubbles on the emulated clock: tests/test_twin_labs2.py.
 """
+
 import itertools
 
 import pytest
@@ -13,15 +14,21 @@ import torch
 
 from lab_utils.calc.pipeline import bubble, schedule
 from lab_utils.calc.timeline import bubble_from_timeline
-from lab_utils.experiments.lab07 import (grad_error, p2p_bytes_formula,
-                                         reference_grads, run_pipeline)
+from lab_utils.experiments.lab07 import grad_error, p2p_bytes_formula, reference_grads, run_pipeline
 from lab_utils.experiments.lab07.tables import in_flight_formula, measured_in_flight
 from lab_utils.experiments.lab07.torch_pipeline import replay
 from lab_utils.measure import GLOO_HEADER_BYTES
-from lab_utils.parallel.pipeline_parallel.schedules import (SCHEDULES, from_order, parse_op,
-                                                            zero_bubble)
-from lab_utils.parallel.pipeline_parallel.stage import (StageWorker, pipeline_neighbours,
-                                                        stage_position)
+from lab_utils.parallel.pipeline_parallel.schedules import (
+    SCHEDULES,
+    from_order,
+    parse_op,
+    zero_bubble,
+)
+from lab_utils.parallel.pipeline_parallel.stage import (
+    StageWorker,
+    pipeline_neighbours,
+    stage_position,
+)
 from lab_utils.runtime.launch import RankFailure
 from lab_utils.topology import Topology
 
@@ -65,8 +72,11 @@ def _orders(name, p, m, v=1):
 
 def _replayed(orders, p, v=1, split=False):
     """The ideal timeline of per-rank orders (t_f = 1, t_b = 2, T_B = T_W = 1, free p2p)."""
-    events = [dict(rank=r, name=k, mb=i, stage=c * p + r, start=n)
-              for r in range(p) for n, (k, i, c) in enumerate(map(parse_op, orders[r]))]
+    events = [
+        dict(rank=r, name=k, mb=i, stage=c * p + r, start=n)
+        for r in range(p)
+        for n, (k, i, c) in enumerate(map(parse_op, orders[r]))
+    ]
     return replay(events, 1.0, 2.0, 1.0, v, split)
 
 
@@ -89,7 +99,8 @@ def test_zero_bubble_closed_forms_qi_2023(p, m):
     assert bubble_from_timeline(h1).mean == pytest.approx(bubble("zb-h1", p, m, t_w=1.0).of_total)
     h2 = _replayed(_orders("zb-h2", p, m), p, split=True)
     assert bubble_from_timeline(h2, window="rank").max == pytest.approx(
-        bubble("zb-h2", p, m, t_w=1.0).of_total, abs=1e-12)
+        bubble("zb-h2", p, m, t_w=1.0).of_total, abs=1e-12
+    )
     # one step alone still has the fill: as much as ZB-H1
     assert bubble_from_timeline(h2).mean == pytest.approx(bubble_from_timeline(h1).mean)
     assert schedule("zb-h1", p, m).peak_in_flight == (p,) * p  # calc's ideal timeline agrees
@@ -133,7 +144,12 @@ def test_p2p_bytes_formula():
     msg = 2 * 16 * 32 * 4  # (b, T, C) fp32
     assert p2p_bytes_formula("1f1b", 4, 8) == [8 * msg, 16 * msg, 16 * msg, 8 * msg]
     inter = p2p_bytes_formula("interleaved", 4, 8)  # v = 2: twice the boundaries
-    assert sum(inter) == 2 * 8 * (4 * 2 - 1) * msg and inter == [24 * msg, 32 * msg, 32 * msg, 24 * msg]
+    assert sum(inter) == 2 * 8 * (4 * 2 - 1) * msg and inter == [
+        24 * msg,
+        32 * msg,
+        32 * msg,
+        24 * msg,
+    ]
 
 
 def test_zb_h2_needs_its_deferred_w():
@@ -168,7 +184,7 @@ def test_every_schedule_matches_reference(p):
     for exp, res in zip(exps, results):
         assert grad_error(res, ref) < 1e-6, exp
         assert res.loss == pytest.approx(ref_loss, rel=1e-6), exp
-    for res in results[:len(ALL)]:
+    for res in results[: len(ALL)]:
         assert measured_in_flight(res) == in_flight_formula(res.schedule, p, M, res.v), res.schedule
         formula = p2p_bytes_formula(res.schedule, p, M)
         assert res.ledger_bytes == formula, res.schedule
@@ -186,10 +202,14 @@ def test_deadlock_and_silent_swap_are_reported():
     from lab_utils.exercises.zb_h1_order import wrong_lifo_cooldown, wrong_warmup_by_stage
 
     with pytest.raises(RankFailure, match=r"waited 1 s for the (gradient|activation)"):
-        run_pipeline([dict(order=wrong_warmup_by_stage, m=4, deadlock_after_s=1.0,
-                           warmup_step=False)], 2, timeout_s=60)
-    res = run_pipeline([dict(order=wrong_lifo_cooldown, m=M, deadlock_after_s=5.0)], 4,
-                       timeout_s=120)[0]
+        run_pipeline(
+            [dict(order=wrong_warmup_by_stage, m=4, deadlock_after_s=1.0, warmup_step=False)],
+            2,
+            timeout_s=60,
+        )
+    res = run_pipeline(
+        [dict(order=wrong_lifo_cooldown, m=M, deadlock_after_s=5.0)], 4, timeout_s=120
+    )[0]
     assert grad_error(res, reference_grads(M)[1]) > 1e-4
 
 
@@ -205,8 +225,9 @@ def test_torch_schedules_match_reference_on_the_emulated_cluster():
     # CPU each, dynamo and DTensor), so fewer ranks on 2 cores is a much shorter test.
     p, m = 2, 4
     exps = [dict(schedule=name, m=m) for name in TORCH_SCHEDULES]
-    results = run_torch_pipeline(exps, p, pipeline_cluster(p=p), pipeline_scale(TORCH_CONFIG),
-                                 timeout_s=180)
+    results = run_torch_pipeline(
+        exps, p, pipeline_cluster(p=p), pipeline_scale(TORCH_CONFIG), timeout_s=180
+    )
     ref_loss, ref_grads = reference_grads(m, cfg=TORCH_CONFIG)
     for res in results:
         assert res.loss == pytest.approx(ref_loss, rel=1e-5), res.schedule
@@ -221,17 +242,28 @@ def test_torch_schedules_match_reference_on_the_emulated_cluster():
     assert by["zbv"].bubble.mean < by["interleaved-zb"].bubble.mean < by["1f1b"].bubble.mean / 2
 
 
-@pytest.mark.parametrize("name, p, m", [("gpipe", 4, 4), ("1f1b", 4, 8), ("zb-h1", 4, 8),
-                                        ("zb-h1", 3, 6), ("interleaved", 2, 4)])
+@pytest.mark.parametrize(
+    "name, p, m",
+    [("gpipe", 4, 4), ("1f1b", 4, 8), ("zb-h1", 4, 8), ("zb-h1", 3, 6), ("interleaved", 2, 4)],
+)
 def test_replay_reproduces_calc_schedules(name, p, m):
     v = 2 if name == "interleaved" else 1
     ideal = schedule(name, p, m, v)
-    events = [dict(rank=e.rank, name=e.kind, mb=e.microbatch, stage=e.chunk * p + e.rank,
-                   start=e.start) for e in ideal.events]
+    events = [
+        dict(rank=e.rank, name=e.kind, mb=e.microbatch, stage=e.chunk * p + e.rank, start=e.start)
+        for e in ideal.events
+    ]
     again = replay(events, 1.0, 2.0, 1.0, v, split=name == "zb-h1")
     assert max(e["end"] for e in again) == pytest.approx(ideal.makespan)
-    assert replay([dict(rank=0, name="B", mb=0, stage=0, start=0),
-                   dict(rank=0, name="F", mb=0, stage=0, start=1)]) is None  # B before F
+    assert (
+        replay(
+            [
+                dict(rank=0, name="B", mb=0, stage=0, start=0),
+                dict(rank=0, name="F", mb=0, stage=0, start=1),
+            ]
+        )
+        is None
+    )  # B before F
 
 
 def test_zero_bubble_generator():

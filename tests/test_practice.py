@@ -2,6 +2,7 @@
 flawed source answers (numbers from calc), the timed mock interview, and the widgets, driven by
 setting values and clicking buttons. Before a submit, no widget's synced state holds any part of
 the answer (checked with the same search the notebook test uses)."""
+
 import itertools
 
 import ipywidgets as w
@@ -39,11 +40,24 @@ def assert_no_secret(widget, items):
 
 # --- concept and debugging questions --------------------------------------------------------
 
+
 def test_bank_covers_the_course_and_loads_cleanly():
     assert len(CONCEPTS) >= 25 and len(DEBUGS) >= 6
     topics = {c.topic for c in CONCEPTS}
-    for needed in ("data-parallel", "collectives", "zero", "tensor-parallel", "pipeline", "3d", "memory",
-                   "precision", "moe", "long-context", "scaling", "production"):
+    for needed in (
+        "data-parallel",
+        "collectives",
+        "zero",
+        "tensor-parallel",
+        "pipeline",
+        "3d",
+        "memory",
+        "precision",
+        "moe",
+        "long-context",
+        "scaling",
+        "production",
+    ):
         assert needed in topics, needed
     assert any("fp8" in c.id for c in CONCEPTS)
     ids = [c.id for c in CONCEPTS + DEBUGS]
@@ -58,13 +72,15 @@ def test_keyword_hints_find_most_points_in_the_model_answer(c):
     """The hint is honest when it spots most key points in a good answer (the model answer plus
     the key points in other words would be a cheat), and few in an unrelated answer."""
     r = c.submit(c.answer)
-    assert r.valid and sum(r.hints) >= len(c.points) / 2, [p.text for p, h in zip(c.points, r.hints) if not h]
+    assert r.valid and sum(r.hints) >= len(c.points) / 2, [
+        p.text for p, h in zip(c.points, r.hints) if not h
+    ]
     off_topic = c.submit("I would ask my manager for a bigger budget and more time to think.")
     assert sum(off_topic.hints) <= 1
 
 
 def test_the_fail_fast_hint_is_not_credited_to_the_opposite_advice():
-    hang = practice.concept("debug:hang-at-step-n")             # point 4: make it fail, not hang
+    hang = practice.concept("debug:hang-at-step-n")  # point 4: make it fail, not hang
     assert not hang.submit("Raise the NCCL timeout to two hours and restart the job.").hints[3]
     assert hang.submit("Set a short timeout and a monitored_barrier so the job fails.").hints[3]
 
@@ -86,15 +102,26 @@ def test_concept_submit_grade_and_bad_input():
 # --- critiques ------------------------------------------------------------------------------
 
 CLAIMS = {  # item -> the right numbers (the calculators' answers, checked here by hand)
-    "gpt3-1000-a100": (21.875, 104), "70b-256-state": (35.0, 12.03), "70b-64-zero": (1120, 17.5),
-    "10b-ddp-memory": (160, 80, 40), "60gb-ddp-vs-fsdp": (723.4, 0.9563),
+    "gpt3-1000-a100": (21.875, 104),
+    "70b-256-state": (35.0, 12.03),
+    "70b-64-zero": (1120, 17.5),
+    "10b-ddp-memory": (160, 80, 40),
+    "60gb-ddp-vs-fsdp": (723.4, 0.9563),
     "amdahl-256": (41.96, 16.39),
-    "ring-latency": (10.23,), "zero2-halves-comm": (1.0,), "zero-formulas": (38.5, 26.25),
-    "1f1b-bubble": (1.0, 27.27), "interleaved-gpipe": (1.4375, 17.95, 1.0),
-    "sp-reduces-comm": (1.0, 0.3269), "tp-two-allreduces": (4, 469.8),
-    "activations-20-bytes": (2.282, 13.02), "grad-accum-32x": (5.882, 1.0, 8.444),
-    "ddp-hang-fixes": (), "gpt3-4096": (8.477,), "bf16-small-grads": (0.3973, 0.003906),
-    "loss-goes-down": (2.442e-4,)}
+    "ring-latency": (10.23,),
+    "zero2-halves-comm": (1.0,),
+    "zero-formulas": (38.5, 26.25),
+    "1f1b-bubble": (1.0, 27.27),
+    "interleaved-gpipe": (1.4375, 17.95, 1.0),
+    "sp-reduces-comm": (1.0, 0.3269),
+    "tp-two-allreduces": (4, 469.8),
+    "activations-20-bytes": (2.282, 13.02),
+    "grad-accum-32x": (5.882, 1.0, 8.444),
+    "ddp-hang-fixes": (),
+    "gpt3-4096": (8.477,),
+    "bf16-small-grads": (0.3973, 0.003906),
+    "loss-goes-down": (2.442e-4,),
+}
 
 
 def test_every_source_claim_has_an_item_with_the_right_numbers():
@@ -113,27 +140,32 @@ def test_critique_grading(c):
     right = set(range(1, len(c.statements) + 1)) - wrong
     perfect = c.grade(wrong, [d.answer for d in c.fixes])
     assert perfect.valid and perfect.score == 1 and str(perfect).startswith(f"submitted [{c.id}]")
-    assert not c.grade().valid and "nothing to submit" in str(c.grade())   # empty: refused
-    assert c.grade({next(iter(right))}).score == 0                   # a false alarm only
-    assert c.grade(wrong | right, [d.answer for d in c.fixes]).score < 1   # false alarms cost
-    flawed = c.grade(wrong, [d.mistakes[0].value for d in c.fixes])   # the claim's own figures
+    assert not c.grade().valid and "nothing to submit" in str(c.grade())  # empty: refused
+    assert c.grade({next(iter(right))}).score == 0  # a false alarm only
+    assert c.grade(wrong | right, [d.answer for d in c.fixes]).score < 1  # false alarms cost
+    flawed = c.grade(wrong, [d.mistakes[0].value for d in c.fixes])  # the claim's own figures
     assert all("classic mistake" in chk.message for chk in flawed.checks)
     assert flawed.score == pytest.approx(c.n_wrong / (c.n_wrong + len(c.fixes)))
 
 
 def test_critique_bad_input_submits_nothing():
     c = practice.critique("amdahl-256")
-    for wrong, numbers, message in (({0}, [], "no statement 0"), ({9}, [], "numbered 1 to 4"),
-                                    ({1}, ["fifty"], "number a)"), (3, [], "statement numbers"),
-                                    ({1}, [1, 2, 3], "position 2")):
+    for wrong, numbers, message in (
+        ({0}, [], "no statement 0"),
+        ({9}, [], "numbered 1 to 4"),
+        ({1}, ["fifty"], "number a)"),
+        (3, [], "statement numbers"),
+        ({1}, [1, 2, 3], "position 2"),
+    ):
         r = c.grade(wrong, numbers)
         assert not r.valid and message in r.message and "submitted" not in str(r)
-    assert c.grade({3, 4}, {1: "16.4%"}).checks[1].accepted     # a dict, a unit, a skipped a)
+    assert c.grade({3, 4}, {1: "16.4%"}).checks[1].accepted  # a dict, a unit, a skipped a)
     with pytest.raises(ValueError, match="no critique"):
         practice.critique("nope")
 
 
 # --- the mock interview ---------------------------------------------------------------------
+
 
 class FakeClock:
     def __init__(self):
@@ -155,7 +187,7 @@ def test_mock_draws_a_seeded_mix_and_scores_it_against_the_clock():
     m.start()
     for i, slot in enumerate(m.items):
         item = slot.item
-        clock.t += 60 if i < 5 else 400                 # the last answers come after 10 minutes
+        clock.t += 60 if i < 5 else 400  # the last answers come after 10 minutes
         if isinstance(item, practice.Drill):
             assert not m.answer(value="abc").valid and slot.result is None
             m.answer(value=item.answer)
@@ -163,8 +195,10 @@ def test_mock_draws_a_seeded_mix_and_scores_it_against_the_clock():
             m.answer(text=item.answer)
             m.grade(set(range(1, len(item.points) + 1)))
         else:
-            m.answer(wrong={j for j, s in enumerate(item.statements, 1) if s.wrong},
-                     numbers=[d.answer for d in item.fixes])
+            m.answer(
+                wrong={j for j, s in enumerate(item.statements, 1) if s.wrong},
+                numbers=[d.answer for d in item.fixes],
+            )
         m.next()
     assert m.finished
     card = m.scorecard()
@@ -178,6 +212,7 @@ def test_mock_draws_a_seeded_mix_and_scores_it_against_the_clock():
 
 
 # --- the widgets, driven without a browser -------------------------------------------------
+
 
 def test_drill_widget_rejects_bad_input_and_reveals_only_after_submit():
     ui = DrillWidget(practice.DrillSession(seed=2))
@@ -194,34 +229,40 @@ def test_drill_widget_rejects_bad_input_and_reveals_only_after_submit():
     ui.next_button.click()
     ui.card.give_up_button.click()
     assert "Not answered" in ui.card.feedback.value and ui.session.answered == 2
-    assert_no_secret(ui, ui.session.drills[2:])            # the others stay hidden
+    assert_no_secret(ui, ui.session.drills[2:])  # the others stay hidden
 
 
 def test_concept_widget_write_submit_tick_score():
     ui = ConceptWidget("concept")
     assert_no_secret(ui, CONCEPTS)
     assert len(ui.picker.options) == len(CONCEPTS)
-    for (label, _), c in zip(ui.picker.options, CONCEPTS):     # cut at a word, the cut marked
+    for (label, _), c in zip(ui.picker.options, CONCEPTS):  # cut at a word, the cut marked
         full = f"{c.topic}: {c.question}"
-        assert label == full or (len(label) <= 90 and label.endswith("…")
-                                 and full[len(label) - 1] in " ,;:" and full.startswith(label[:-1]))
+        assert label == full or (
+            len(label) <= 90
+            and label.endswith("…")
+            and full[len(label) - 1] in " ,;:"
+            and full.startswith(label[:-1])
+        )
     ui.picker.value = "concept:pipeline-bubble"
     c = ui.card.concept
     ui.card.text.value = "idle"
     ui.card.submit_button.click()
     assert "at least" in ui.card.error.value and not ui.card.points
     assert_no_secret(ui, CONCEPTS)
-    ui.card.text.value = "Stages idle while the pipeline fills and drains, (p-1)/(m+p-1); more micro-batches."
+    ui.card.text.value = (
+        "Stages idle while the pipeline fills and drains, (p-1)/(m+p-1); more micro-batches."
+    )
     ui.card.submit_button.click()
     assert c.answer in leaks.plain(ui.card.feedback.value) and len(ui.card.points) == len(c.points)
-    assert [cb.value for cb in ui.card.points] == list(ui.results[c.id].hints)   # pre-ticked hints
+    assert [cb.value for cb in ui.card.points] == list(ui.results[c.id].hints)  # pre-ticked hints
     for cb in ui.card.points:
         cb.value = True
     ui.card.score_button.click()
     assert "100%" in ui.card.score.value and ui.results[c.id].score == 1
-    ui.picker.value = "concept:zero-stages"          # another question: a fresh card, still hidden
+    ui.picker.value = "concept:zero-stages"  # another question: a fresh card, still hidden
     assert ui.card.feedback.value == "" and ui.card.points == []
-    ui.picker.value = "concept:pipeline-bubble"      # back: the submitted result is kept
+    ui.picker.value = "concept:pipeline-bubble"  # back: the submitted result is kept
     assert ui.card.submit_button.disabled and ui.card.points
 
 
@@ -252,7 +293,7 @@ def test_an_empty_critique_submit_reveals_nothing_and_locks_nothing():
     ui = CritiqueWidget()
     ui.picker.value = "critique:amdahl-256"
     card = ui.card
-    card.submit_button.click()                             # nothing ticked, both boxes empty
+    card.submit_button.click()  # nothing ticked, both boxes empty
     assert "nothing to submit" in card.error.value and card.feedback.value == ""
     assert not card.submit_button.disabled and "critique:amdahl-256" not in ui.results
     assert_no_secret(ui, CRITIQUES)
@@ -270,18 +311,18 @@ def test_mock_concept_not_self_graded_keeps_its_hint_score_and_the_clock_stops_a
     slot = ui.mock.items[ui.mock.index]
     ui.card.text.value = PRETEND_TEXT
     ui.card.submit_button.click()
-    ui.card.points[0].value = True                         # ticked, but "Score" never pressed
+    ui.card.points[0].value = True  # ticked, but "Score" never pressed
     ticked = {i for i, cb in enumerate(ui.card.points, 1) if cb.value}
     ui.next_button.click()
     assert slot.result.score == len(ticked) / len(slot.item.points) > 0
     clock.t += 120
     ui.finish_button.click()
     assert "Finished" in ui.status.value and "left" not in ui.status.value
-    clock.t += 600                                         # the clock no longer runs
+    clock.t += 600  # the clock no longer runs
     assert ui.mock.elapsed_s == 120 and ui.holder.children == ()
     with pytest.raises(ValueError, match="finished"):
         ui.mock.answer(value=1)
-    m = practice.MockInterview(seed=1, minutes=20, clock=clock)   # the same without a widget
+    m = practice.MockInterview(seed=1, minutes=20, clock=clock)  # the same without a widget
     m.start()
     while not isinstance(m.current, practice.Concept):
         m.next()
@@ -295,7 +336,7 @@ def test_mock_widget_runs_a_whole_interview():
     ui = MockWidget(practice.MockInterview(seed=1, minutes=20, clock=clock))
     items = [a.item for a in ui.mock.items]
     assert_no_secret(ui, items)
-    ui.finish_button.click()                                   # disabled until start: no effect
+    ui.finish_button.click()  # disabled until start: no effect
     assert ui.result.value == ""
     ui.start_button.click()
     assert "Question 1 of 8" in ui.status.value and "20:00 left" in ui.status.value
@@ -343,14 +384,18 @@ def test_module_entry_points():
 
 # --- the layout: packages with an index, imports one way ------------------------------------
 
+
 def import_graph(package: str) -> tuple[dict[str, set[str]], list[str]]:
     """Module -> the modules of ``package`` it imports (at module level or in a function), and
     the private names (``_x``) one module of the package imports from another."""
     import ast
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
-    files = {".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): f
-             for f in (root / package.replace(".", "/")).rglob("*.py")}
+    files = {
+        ".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): f
+        for f in (root / package.replace(".", "/")).rglob("*.py")
+    }
     graph, private = {}, []
     for name, path in files.items():
         found = set()
@@ -359,8 +404,11 @@ def import_graph(package: str) -> tuple[dict[str, set[str]], list[str]]:
                 found |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
                 found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-                private += [f"{name}: {node.module}.{a.name}" for a in node.names
-                            if node.module in files and a.name.startswith("_")]
+                private += [
+                    f"{name}: {node.module}.{a.name}"
+                    for a in node.names
+                    if node.module in files and a.name.startswith("_")
+                ]
         graph[name] = {m for m in found if m in files and m != name}
     return graph, private
 
@@ -371,13 +419,14 @@ def test_no_import_cycle_and_no_private_import(package):
     assert private == []
     done, path = set(), []
 
-    def visit(m):                       # depth-first search: a module met again on the path
-        assert m not in path, f"import cycle: {' -> '.join(path[path.index(m):] + [m])}"
+    def visit(m):  # depth-first search: a module met again on the path
+        assert m not in path, f"import cycle: {' -> '.join(path[path.index(m) :] + [m])}"
         if m not in done:
             path.append(m)
             for n in graph[m]:
                 visit(n)
             path.pop()
             done.add(m)
+
     for m in graph:
         visit(m)

@@ -1,6 +1,7 @@
 """lab_utils.profiling: real traces of a 4-rank data-parallel step, read from the files; the
 reading checked against hand-computed intervals and against the emulator's own bookkeeping;
 bad trace files refused with the file and what is missing."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,16 @@ import torch
 
 from lab_utils import run, twin
 from lab_utils.models import GPTConfig, TinyGPT
-from lab_utils.profiling import (TraceError, gantt_events, load_trace, load_traces, figure,
-                                 rank_timelines, read, trace_folder)
+from lab_utils.profiling import (
+    TraceError,
+    figure,
+    gantt_events,
+    load_trace,
+    load_traces,
+    rank_timelines,
+    read,
+    trace_folder,
+)
 
 CFG = GPTConfig(vocab_size=64, seq_len=16, n_layer=2, n_head=2, d_model=32)
 
@@ -35,13 +44,13 @@ def test_one_trace_per_rank_read_from_the_files(traced):
         assert all(f.producer == "torch.profiler" for f in loaded)
         for t, r in zip(rank_timelines(loaded), read(rank_timelines(loaded))):
             assert t.compute and t.comm, f"{impl} rank {t.rank}: no compute or no collective"
-            assert len(t.steps) == 1                     # one ProfilerStep#k per profiled step
+            assert len(t.steps) == 1  # one ProfilerStep#k per profiled step
             assert any(name.startswith("gloo:all_reduce") for _, _, name in t.comm)
             lo, hi = t.window
             assert r.compute_s + r.idle_s == pytest.approx(hi - lo)
             assert r.overlapped_s + r.exposed_s == pytest.approx(r.comm_s)
             assert 0.0 <= r.overlap_fraction <= 1.0 and r.gap[0] <= r.gap[1]
-        assert runs[impl].own_overlap is not None       # our own spans, for comparison
+        assert runs[impl].own_overlap is not None  # our own spans, for comparison
     events = gantt_events(rank_timelines(files["bucket"]))
     assert {e["lane"] for e in events} == {"compute", "comm"}
     assert {e["rank"] for e in events} == {0, 1, 2, 3}
@@ -74,8 +83,7 @@ def test_a_pipeline_schedule_reads_as_point_to_point_waits():
     from lab_utils.experiments.lab13 import pipeline_trace
 
     with trace_folder() as folder:
-        files = load_traces(run(pipeline_trace, 4, folder, "1f1b", 4, quiet=True,
-                                timeout_s=120)[0])
+        files = load_traces(run(pipeline_trace, 4, folder, "1f1b", 4, quiet=True, timeout_s=120)[0])
     timelines = rank_timelines(files)
     for t, r in zip(timelines, read(timelines)):
         names = [n for _, _, n in t.comm]
@@ -87,8 +95,12 @@ def test_a_pipeline_schedule_reads_as_point_to_point_waits():
 
 def _kineto(path, rank, events):
     with open(path, "w") as f:
-        json.dump(dict(schemaVersion=1, distributedInfo=dict(rank=rank, world_size=2),
-                       traceEvents=events), f)
+        json.dump(
+            dict(
+                schemaVersion=1, distributedInfo=dict(rank=rank, world_size=2), traceEvents=events
+            ),
+            f,
+        )
     return str(path)
 
 
@@ -100,19 +112,32 @@ def test_reading_matches_hand_computed_intervals(tmp_path):
     """Rank 0 computes [0,40] and [60,100] us; its all-reduce runs [30,80] on gloo's thread:
     overlapped 10 + 20 = 30 us, exposed 20, idle 20 (the gap [40,60]), waiting for rank 1,
     whose all-reduce starts 25 us later (it computed until 55)."""
-    a = _kineto(tmp_path / "r0.json", 0, [
-        _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
-        _x("aten::mm", 0, 40, 7), _x("aten::add", 5, 10, 7),     # nested: counted once
-        _x("c10d::allreduce_", 29, 1, 7), _x("gloo:all_reduce", 30, 50, 9, "user_annotation"),
-        _x("aten::mm", 60, 40, 7)])
-    b = _kineto(tmp_path / "r1.json", 1, [
-        _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
-        _x("aten::mm", 0, 55, 7), _x("gloo:all_reduce", 55, 25, 9, "user_annotation"),
-        _x("aten::mm", 80, 20, 7)])
+    a = _kineto(
+        tmp_path / "r0.json",
+        0,
+        [
+            _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
+            _x("aten::mm", 0, 40, 7),
+            _x("aten::add", 5, 10, 7),  # nested: counted once
+            _x("c10d::allreduce_", 29, 1, 7),
+            _x("gloo:all_reduce", 30, 50, 9, "user_annotation"),
+            _x("aten::mm", 60, 40, 7),
+        ],
+    )
+    b = _kineto(
+        tmp_path / "r1.json",
+        1,
+        [
+            _x("ProfilerStep#1", 0, 100, 7, "user_annotation"),
+            _x("aten::mm", 0, 55, 7),
+            _x("gloo:all_reduce", 55, 25, 9, "user_annotation"),
+            _x("aten::mm", 80, 20, 7),
+        ],
+    )
     r0 = read(rank_timelines(load_traces([a, b])))[0]
     us = 1e-6
     assert r0.compute_s == pytest.approx(80 * us)
-    assert r0.comm_s == pytest.approx(51 * us)            # the launch [29, 30] counts too
+    assert r0.comm_s == pytest.approx(51 * us)  # the launch [29, 30] counts too
     assert r0.overlapped_s == pytest.approx(31 * us)
     assert r0.exposed_s == pytest.approx(20 * us)
     assert r0.overlap_fraction == pytest.approx(31 / 51)
@@ -121,7 +146,7 @@ def test_reading_matches_hand_computed_intervals(tmp_path):
 
 
 def test_the_emulators_trace_reads_like_its_own_bookkeeping(tmp_path):
-    from tests.test_twin_ddp import CLUSTER, ddp_steps   # 3 DDPs on a slow 2 x 2 cluster
+    from tests.test_twin_ddp import CLUSTER, ddp_steps  # 3 DDPs on a slow 2 x 2 cluster
 
     em = twin.emulate(ddp_steps, 4, CLUSTER, 1, quiet=True, timeout_s=120)
     path = str(tmp_path / "twin.json")
@@ -133,8 +158,7 @@ def test_the_emulators_trace_reads_like_its_own_bookkeeping(tmp_path):
     for r in readings:
         assert r.clock == "emulated"
         assert r.compute_s == pytest.approx(em.busy(r.rank, "compute"), rel=1e-6)
-        assert r.comm_s == pytest.approx(em.busy(r.rank, "comm") + em.busy(r.rank, "p2p"),
-                                         rel=1e-6)
+        assert r.comm_s == pytest.approx(em.busy(r.rank, "comm") + em.busy(r.rank, "p2p"), rel=1e-6)
         assert r.overlapped_s == pytest.approx(em.overlap(r.rank), rel=1e-6)
 
 
@@ -164,7 +188,7 @@ def test_an_empty_profile_says_the_profiler_saw_no_step(tmp_path):
     """A REAL profile with nothing inside (the step ran before the profiler started)."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.ones(3).sum()                       # "the step", before the profiler
+    torch.ones(3).sum()  # "the step", before the profiler
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         pass
     path = str(tmp_path / "late.json")
@@ -198,4 +222,4 @@ def test_profiled_memory_peak_beside_lab01s_ledger(tmp_path):
     assert m.param_bytes == sum(p.numel() * 4 for p in TinyGPT(CFG).parameters())
     assert m.held_bytes[0] >= m.param_bytes and len(m.times_s) == len(m.held_bytes)
     assert m.ledger_peak <= m.peak <= 1.5 * m.ledger_peak, (m.peak, m.ledger_peak)
-    assert "step 2" in m.ledger_label            # the optimizer state exists from step 1 on
+    assert "step 2" in m.ledger_label  # the optimizer state exists from step 1 on

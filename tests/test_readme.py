@@ -1,4 +1,5 @@
 """The README's course map stays true: every lab listed exists, card counts equal the deck."""
+
 import re
 from pathlib import Path
 
@@ -25,6 +26,7 @@ def test_course_map_lists_every_lab_with_its_card_count():
 def test_time_estimates_agree_between_readme_and_notebooks():
     """One estimate per lab: the README's 'X / Y min' is the notebook's opening line (T3)."""
     import json
+
     for row in course_map_rows():
         lab = row[0].strip("| ").split()[0]
         read, full = re.fullmatch(r"(\d+) / (\d+) min", row[3].strip()).groups()

@@ -1,12 +1,16 @@
 """The runtime's two floors (lab_utils/runtime/__init__.py): no import cycle inside runtime/, and
 nothing outside runtime/ imports its engine. The import graph is tests/test_imports.py's (one
 reader for the suite: imports at any depth count, `if TYPE_CHECKING:` ones do not)."""
+
 from test_imports import Arrow, arrows, cycles
 
 
 def test_no_import_cycle_inside_the_runtime():
-    inside = [sorted(group) for group, _ in cycles() if any(
-        m.startswith("lab_utils.runtime") for m in group)]
+    inside = [
+        sorted(group)
+        for group, _ in cycles()
+        if any(m.startswith("lab_utils.runtime") for m in group)
+    ]
     assert inside == []
 
 
@@ -17,6 +21,10 @@ def test_the_cycle_finder_finds_a_runtime_cycle():  # negative control
 
 
 def test_nothing_outside_the_runtime_imports_its_engine():
-    leaks = [str(a) for a in arrows() if a.target.startswith("lab_utils.runtime.engine")
-             and not a.source.startswith("lab_utils.runtime")]
+    leaks = [
+        str(a)
+        for a in arrows()
+        if a.target.startswith("lab_utils.runtime.engine")
+        and not a.source.startswith("lab_utils.runtime")
+    ]
     assert leaks == []

@@ -12,9 +12,16 @@ import torch
 from lab_utils import run
 from lab_utils.calc import bubble, bubble_from_timeline, ring_bytes_per_rank
 from lab_utils.exercises.fit_serial_fraction import fit_serial, make_logs
-from lab_utils.experiments.lab10 import (SCALING_CONFIG, CommStats, StepLog, SlowDataset,
-                                         background_prefetch, comm_split, loader_experiment,
-                                         matmul_rates)
+from lab_utils.experiments.lab10 import (
+    SCALING_CONFIG,
+    CommStats,
+    SlowDataset,
+    StepLog,
+    background_prefetch,
+    comm_split,
+    loader_experiment,
+    matmul_rates,
+)
 from lab_utils.experiments.lab10.twin import amdahl_curve
 
 MODES = ("strong", "weak")
@@ -23,8 +30,11 @@ MODES = ("strong", "weak")
 def _both(ctx):
     from lab_utils.experiments.lab10 import bottleneck_worker
     from lab_utils.experiments.lab10.twin import scaling_steps  # on this machine's wall clock
-    return (scaling_steps(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2),
-            bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4)))
+
+    return (
+        scaling_steps(ctx, [1, 2], global_batch=8, per_rank_batch=4, steps=2),
+        bottleneck_worker(ctx, steps=2, bubble_ms=(2, 4)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +52,7 @@ def test_scaling_structure(launched):
             rows = 8 // n if mode.endswith("strong") else 4
             assert (r.n, r.rows) == (n, rows), (mode, n)
             assert r.tokens == n * rows * SCALING_CONFIG.seq_len
-            assert len(r.log_s) == 3 and r.step_s == min(r.log_s[1:]) > 0   # warm-up logged first
+            assert len(r.log_s) == 3 and r.step_s == min(r.log_s[1:]) > 0  # warm-up logged first
             assert r.cpu_s > 0 and 0 <= r.comm_s <= r.step_s
             assert len(r.losses) == 3  # warm-up + 2 timed steps
     logs = res.step_logs("strong")
@@ -58,8 +68,12 @@ def test_amdahl_curve_reports_a_fit_or_a_reason(launched):
 def test_strong_scaling_computes_the_same_thing(launched):
     res = launched[0][0]
     # same global batch, averaged gradients: one rank or two, the same training run
-    torch.testing.assert_close(torch.tensor(res.get("strong", 2).losses),
-                               torch.tensor(res.get("strong", 1).losses), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(res.get("strong", 2).losses),
+        torch.tensor(res.get("strong", 1).losses),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     # weak scaling at N=2 trains on a different (twice larger) global batch
     assert res.get("weak", 2).losses != res.get("weak", 1).losses
 
@@ -83,7 +97,7 @@ def test_pipeline_timelines_have_both_stages(launched):
         events = [e for r in range(2) for e in launched[r][1].pipeline[m]]
         assert {e["rank"] for e in events} == {0, 1}
         assert 0 <= bubble_from_timeline(events).mean < 1
-    assert bubble("1f1b", 2, 4).of_total < bubble("1f1b", 2, 2).of_total   # the formula
+    assert bubble("1f1b", 2, 4).of_total < bubble("1f1b", 2, 2).of_total  # the formula
 
 
 def _stats(spans):

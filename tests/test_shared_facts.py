@@ -1,5 +1,6 @@
 """Every statement of a shared fact (lab_utils.calc.facts) agrees with the calculators, in every
 notebook cell, card and practice item: one source, checked everywhere (issue 36, item 3)."""
+
 import json
 import re
 from pathlib import Path
@@ -16,8 +17,11 @@ def texts() -> dict[str, str]:
     for nb in sorted((ROOT / "labs").glob("*.ipynb")):
         for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
             out[f"{nb.name}[{i}]"] = "".join(cell["source"])
-    for pattern in ("lab_utils/cards/deck/*.yaml", "lab_utils/practice/**/*.yaml",
-                    "lab_utils/practice/**/*.py"):
+    for pattern in (
+        "lab_utils/cards/deck/*.yaml",
+        "lab_utils/practice/**/*.yaml",
+        "lab_utils/practice/**/*.py",
+    ):
         out.update({str(p.relative_to(ROOT)): p.read_text() for p in ROOT.glob(pattern)})
     return out
 
@@ -32,23 +36,30 @@ def violations(sources: dict[str, str] | None = None) -> list[str]:
         for where, text in (sources if sources is not None else texts()).items():
             if "pattern" in fact:
                 for m in re.finditer(fact["pattern"], text):
-                    around = text[max(0, m.start() - 400):m.end() + 400]
+                    around = text[max(0, m.start() - 400) : m.end() + 400]
                     if fact.get("context") and fact["context"] not in around:
                         continue
                     value = float(m.group(1).replace(",", ""))
                     if not any(abs(value - v) <= fact.get("tolerance", 0) for v in fact["values"]):
-                        found.append(f"{where}: {name} stated as {m.group(1)}, calc says "
-                                     f"{[round(v, 1) for v in fact['values']]}")
+                        found.append(
+                            f"{where}: {name} stated as {m.group(1)}, calc says "
+                            f"{[round(v, 1) for v in fact['values']]}"
+                        )
             elif "label" in fact:
                 for para in paragraphs(text):
                     for m in re.finditer(fact["label"], para):
                         if not any(word in para.lower() for word in fact["near"]):
-                            found.append(f"{where}: {m.group(0)} without saying of what "
-                                         f"({' or '.join(fact['near'])}): {para.strip()[:80]!r}")
+                            found.append(
+                                f"{where}: {m.group(0)} without saying of what "
+                                f"({' or '.join(fact['near'])}): {para.strip()[:80]!r}"
+                            )
             else:
                 for para in paragraphs(text):
-                    if re.search(fact["claim"], para) and re.search(fact["says"], para) and \
-                            not any(word in para.lower() for word in fact["near"]):
+                    if (
+                        re.search(fact["claim"], para)
+                        and re.search(fact["says"], para)
+                        and not any(word in para.lower() for word in fact["near"])
+                    ):
                         found.append(f"{where}: {name}: {para.strip()[:120]!r}")
     return found
 

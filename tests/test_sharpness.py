@@ -1,4 +1,5 @@
 """lab_utils.measure.sharpness: power iteration against the whole Hessian, and the lab's trend."""
+
 import pytest
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ def test_power_iteration_matches_the_whole_hessian():
         chunks, i = [], 0
         for s in shapes:
             n = int(torch.tensor(s).prod())
-            chunks.append(v[i:i + n].view(s))
+            chunks.append(v[i : i + n].view(s))
             i += n
         h = torch.tanh(x @ chunks[0].T + chunks[1])
         return nn.functional.cross_entropy(h @ chunks[2].T + chunks[3], y)
@@ -33,7 +34,7 @@ def test_smaller_batches_end_flatter_at_the_same_training_loss():
     small, big = runs
     assert small.train_loss < 0.02 and big.train_loss < 0.02
     assert small.sharpness < 0.7 * big.sharpness
-    assert abs(small.test_acc - big.test_acc) < 0.03     # and no generalisation gap on this task
+    assert abs(small.test_acc - big.test_acc) < 0.03  # and no generalisation gap on this task
 
 
 def test_bad_input_is_named():

@@ -1,6 +1,7 @@
 """`make site` (lab_utils.tools.site) on tiny labs, with a fake executor (no kernel): a failed or
 stale execution is never published, every page has its execution time and hardware, a table of
 contents and previous / next links, and plotly is inlined (the site works offline)."""
+
 import json
 import os
 import time
@@ -22,23 +23,35 @@ def lab(path, title, code, sections=("Part one", "Part two")):
 
 def fake_runner(calls, fail=()):
     """Writes what papermill would: outputs, the injected parameters cell, its metadata."""
+
     def run(src, dest):
         calls.append(src.name)
         nb = nbformat.read(src, as_version=4)
         for cell in nb.cells:
             if cell.cell_type == "code":
                 fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
-                cell.outputs = [new_output("display_data", data={
-                    site.PLOTLY: json.loads(fig.to_json()), "text/plain": "Figure"})]
+                cell.outputs = [
+                    new_output(
+                        "display_data",
+                        data={site.PLOTLY: json.loads(fig.to_json()), "text/plain": "Figure"},
+                    )
+                ]
                 if src.name in fail:
-                    cell.outputs = [new_output("error", ename="RuntimeError", evalue="boom",
-                                               traceback=[])]
-        nb.cells.insert(1, new_code_cell("QUICK = True", metadata={"tags": ["injected-parameters"]}))
-        nb.metadata["papermill"] = {"start_time": "2026-11-27T06:00:00.123456",
-                                    "duration": 12.3, "parameters": {"QUICK": True}}
+                    cell.outputs = [
+                        new_output("error", ename="RuntimeError", evalue="boom", traceback=[])
+                    ]
+        nb.cells.insert(
+            1, new_code_cell("QUICK = True", metadata={"tags": ["injected-parameters"]})
+        )
+        nb.metadata["papermill"] = {
+            "start_time": "2026-11-27T06:00:00.123456",
+            "duration": 12.3,
+            "parameters": {"QUICK": True},
+        }
         nbformat.write(nb, dest)
         if src.name in fail:
             raise RuntimeError("PapermillExecutionError: boom")
+
     return run
 
 

@@ -9,6 +9,7 @@ with a core dump (docs/teardown.md): a collective launched from a backward hook 
 per-backward Python object, and gloo's worker thread released it while the interpreter was
 finalising. lab_utils/parallel/backward_tls.py keeps it out; the last test here checks that.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,9 @@ def _free_port() -> int:
 
 
 def _harness_rank(rank: int, world: int, port: int, kind: str, log: str) -> None:
-    import faulthandler  # this rank's stderr (and faulthandler's stacks, should it die by a signal) to `log`
+    # this rank's stderr (and faulthandler's stacks, should it die by a signal) to `log`
+    import faulthandler
+
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 2)
     os.close(fd)
@@ -51,9 +54,11 @@ def _harness_rank(rank: int, world: int, port: int, kind: str, log: str) -> None
     model = nn.Sequential(emb, mid, nn.ReLU(), out)
     if kind == "bucket":
         from lab_utils.parallel.data_parallel import BucketDDP
+
         wrapped = BucketDDP(model, bucket_cap_bytes=100)
     else:
         from lab_utils.parallel.data_parallel import NaiveDDP
+
         wrapped = NaiveDDP(model)
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
     for step in range(5):
@@ -79,7 +84,9 @@ def bad_exits(kind: str, runs: int, logs: str) -> list[tuple[list[int | None], s
     for _ in range(runs):
         port = _free_port()
         paths = [os.path.join(logs, f"rank{r}.err") for r in range(2)]
-        procs = [ctx.Process(target=_harness_rank, args=(r, 2, port, kind, paths[r])) for r in range(2)]
+        procs = [
+            ctx.Process(target=_harness_rank, args=(r, 2, port, kind, paths[r])) for r in range(2)
+        ]
         for p in procs:
             p.start()
         sentinels = {p.sentinel: p for p in procs}
@@ -92,8 +99,15 @@ def bad_exits(kind: str, runs: int, logs: str) -> list[tuple[list[int | None], s
                 p.kill()
                 p.join()
         if codes != [0, 0]:
-            bad.append((codes, "\n".join(f"--- rank {r} stderr (exit {codes[r]}):\n{_tail(paths[r])}"
-                                         for r in range(2))))
+            bad.append(
+                (
+                    codes,
+                    "\n".join(
+                        f"--- rank {r} stderr (exit {codes[r]}):\n{_tail(paths[r])}"
+                        for r in range(2)
+                    ),
+                )
+            )
     return bad
 
 
@@ -111,8 +125,10 @@ def test_spawn_harness_exits_cleanly(kind, monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(HERE), *sys.path]))
     bad = bad_exits(kind, RUNS, str(tmp_path))
-    assert not bad, (f"{len(bad)} of {RUNS} runs had a bad exit (exit codes per rank): {[c for c, _ in bad]}\n"
-                     + "\n".join(err for _, err in bad))
+    assert not bad, (
+        f"{len(bad)} of {RUNS} runs had a bad exit (exit codes per rank): {[c for c, _ in bad]}\n"
+        + "\n".join(err for _, err in bad)
+    )
 
 
 COLLECTIVES = ("all_reduce", "reduce_scatter_single", "all_gather_single", "broadcast")
@@ -143,7 +159,9 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
     lin(torch.ones(2, 4)).sum().backward()
     seen["work"].wait()
     held = sys.getrefcount(seen["object"]) - 2  # beyond `seen` and getrefcount's argument
-    assert held == 1, f"control: a work launched in backward should hold torch's object, {held} refs"
+    assert held == 1, (
+        f"control: a work launched in backward should hold torch's object, {held} refs"
+    )
 
     carried, originals = [], {name: getattr(dist, name) for name in COLLECTIVES}
 
@@ -152,11 +170,14 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
             if torch._C._is_key_in_tls(KEY):
                 carried.append(name)
             return originals[name](*args, **kwargs)
+
         return collective
 
     def model():
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+        return nn.Sequential(
+            nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4)
+        )
 
     def bucket_ddp():
         ddp = BucketDDP(model(), bucket_cap_bytes=100)
@@ -184,7 +205,9 @@ def _backward_collectives_carry_no_python_object(ctx) -> None:
     finally:
         for name, fn in originals.items():
             setattr(dist, name, fn)
-    assert not any(found.values()), f"collectives launched with torch's per-backward object in TLS: {found}"
+    assert not any(found.values()), (
+        f"collectives launched with torch's per-backward object in TLS: {found}"
+    )
 
 
 def test_collectives_launched_in_backward_carry_no_python_object(on_ranks):

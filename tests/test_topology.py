@@ -1,4 +1,5 @@
 """Topology: validation, rank arithmetic, and real process groups / DeviceMesh on 4 gloo ranks."""
+
 import gc
 import socket
 from datetime import timedelta
@@ -67,6 +68,7 @@ def test_groups_partition_the_ranks(dp, tp, pp):
 
 
 # -- multi-rank: the groups really connect the ranks they claim to ------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:

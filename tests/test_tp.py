@@ -1,10 +1,12 @@
-"""Tensor parallelism (lab_utils.parallel.tensor_parallel: layers, comm) against the unsharded modules, on real gloo ranks.
+"""Tensor parallelism (lab_utils.parallel.tensor_parallel: layers, comm) against the unsharded
+modules, on real gloo ranks.
 
 Two launches: 4 ranks (tp=2 as two groups, and tp=4) for forward/gradient equivalence and the
 communication counts; 2 ranks for dropout RNG, parallelize_module (DTensor) and the simulated
 link. Each check runs inside the worker and reports "ok" or its assertion message, so one failing
 check names itself without hiding the others.
 """
+
 import traceback
 
 import pytest
@@ -20,7 +22,6 @@ from lab_utils.experiments.lab06 import tp_group
 from lab_utils.experiments.unshard import unshard
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.parallel import tensor_parallel as tpar
-
 
 CFG = GPTConfig(vocab_size=64, seq_len=8, n_layer=2, n_head=4, d_model=32)
 DROP = GPTConfig(vocab_size=64, seq_len=8, n_layer=2, n_head=4, d_model=32, dropout=0.2)
@@ -49,13 +50,15 @@ def grads_match(model, ref, what):
 
 # -- launch 1: equivalence and communication counts ----------------------------------------------
 
+
 def check_linears(group, t):
     g = torch.Generator().manual_seed(1)
     lin, x = nn.Linear(8, 12), torch.randn(2, 4, 8, generator=g)
     nn.init.normal_(lin.bias, generator=g)
     for layer_fn, x_in in (
         (lambda: tpar.ColumnParallelLinear(lin, group, gather_output=True), x),
-        (lambda: tpar.RowParallelLinear(lin, group), x.chunk(t, -1)[dist.get_rank(group)])):
+        (lambda: tpar.RowParallelLinear(lin, group), x.chunk(t, -1)[dist.get_rank(group)]),
+    ):
         ref_x, x_in = x.clone().requires_grad_(), x_in.clone().requires_grad_()
         lin.zero_grad()
         ref = lin(ref_x)
@@ -64,7 +67,9 @@ def check_linears(group, t):
         y = layer(x_in)
         y.square().sum().backward()
         assert_close(y, ref)
-        want = ref_x.grad if x_in.shape == x.shape else ref_x.grad.chunk(t, -1)[dist.get_rank(group)]
+        want = (
+            ref_x.grad if x_in.shape == x.shape else ref_x.grad.chunk(t, -1)[dist.get_rank(group)]
+        )
         assert_close(x_in.grad, want)  # column: needs f's all-reduce; row: the local slice
         full = unshard(layer, grads=True)
         assert_close(full.get("weight", full.get("0.weight")), lin.weight.grad)
@@ -97,8 +102,9 @@ def check_gpt(group, sp, vocab):
     ref = TinyGPT(CFG, seed=0)
     ref_loss = lm_loss(ref(idx), tgt)
     ref_loss.backward()
-    model = tpar.tensor_parallelize(TinyGPT(CFG, seed=0), group, sequence_parallel=sp,
-                                 vocab_parallel=vocab)
+    model = tpar.tensor_parallelize(
+        TinyGPT(CFG, seed=0), group, sequence_parallel=sp, vocab_parallel=vocab
+    )
     loss = lm_loss(model(idx), tgt)
     loss.backward()
     tpar.sync_sequence_parallel_grads(model, group)
@@ -111,8 +117,10 @@ def check_gpt(group, sp, vocab):
 
 def check_vocab_ce(group, t):
     g = torch.Generator().manual_seed(3)
-    logits, y = torch.randn(12, 64, generator=g, requires_grad=True), torch.randint(64, (12,),
-                                                                                     generator=g)
+    logits, y = (
+        torch.randn(12, 64, generator=g, requires_grad=True),
+        torch.randint(64, (12,), generator=g),
+    )
     ref = F.cross_entropy(logits, y)
     ref.backward()
     r = dist.get_rank(group)
@@ -136,8 +144,11 @@ def check_comm_counts(group, t, sp):
         with ledger.phase("sync"):
             tpar.sync_sequence_parallel_grads(model, group)
     L, per = CFG.n_layer, tp_layer_comm(B, 8, 32, t, bytes_per_elem=4, sequence_parallel=sp)
-    c = {(op, ph): ledger.count(op, ph) for op in ("all_reduce", "all_gather", "reduce_scatter")
-         for ph in ("forward", "backward", "sync")}
+    c = {
+        (op, ph): ledger.count(op, ph)
+        for op in ("all_reduce", "all_gather", "reduce_scatter")
+        for ph in ("forward", "backward", "sync")
+    }
     if not sp:  # 2 per layer forward, 2 backward (Shoeybi et al. 2019); nothing else
         assert (c["all_reduce", "forward"], c["all_reduce", "backward"]) == (2 * L, 2 * L), c
         assert dict(per.ops)["all_reduce"] * L == 4 * L
@@ -146,7 +157,10 @@ def check_comm_counts(group, t, sp):
     else:  # forward: 2 AG + 2 RS per layer, + 1 AG after the last block; backward: RS 2/layer,
         # AG 2/layer (of the RS) + 2/layer re-gathers + 1 (scatter before the first block)
         assert (c["all_gather", "forward"], c["reduce_scatter", "forward"]) == (2 * L + 1, 2 * L), c
-        assert (c["reduce_scatter", "backward"], c["all_gather", "backward"]) == (2 * L, 4 * L + 1), c
+        assert (c["reduce_scatter", "backward"], c["all_gather", "backward"]) == (
+            2 * L,
+            4 * L + 1,
+        ), c
         assert c["all_reduce", "forward"] + c["all_reduce", "backward"] == 0, c
         assert c["all_reduce", "sync"] == 1, c  # LayerNorm + row bias grads, one coalesced call
         msg = B * 8 * 32 * 4
@@ -170,7 +184,9 @@ def equivalence_worker(ctx):
             for sp in (False, True):
                 checked(results, f"{part}-sp{int(sp)}-tp{t}", check_block_part, group, part, sp)
         for sp, vocab in ((False, False), (True, False), (False, True), (True, True)):
-            checked(results, f"gpt-sp{int(sp)}-vocab{int(vocab)}-tp{t}", check_gpt, group, sp, vocab)
+            checked(
+                results, f"gpt-sp{int(sp)}-vocab{int(vocab)}-tp{t}", check_gpt, group, sp, vocab
+            )
         checked(results, f"vocab-ce-tp{t}", check_vocab_ce, group, t)
         for sp in (False, True):
             checked(results, f"comm-sp{int(sp)}-tp{t}", check_comm_counts, group, t, sp)
@@ -179,6 +195,7 @@ def equivalence_worker(ctx):
 
 
 # -- launch 2 (2 ranks): dropout RNG, parallelize_module, simulated link --------------------------
+
 
 def dropout_step(group, seed_bug, sp):
     """One step of a TP model with dropout; the unsharded model replays the TP masks."""
@@ -267,10 +284,24 @@ def rng_dtensor():
     return run(rng_dtensor_worker, 2, timeout_s=300, quiet=True)
 
 
-EQ_NAMES = ([f"{n}-tp{t}" for t in (2, 4) for n in
-             ["linears", "mlp-sp0", "mlp-sp1", "attn-sp0", "attn-sp1", "vocab-ce",
-              "gpt-sp0-vocab0", "gpt-sp1-vocab0", "gpt-sp0-vocab1", "gpt-sp1-vocab1",
-              "comm-sp0", "comm-sp1"]] + ["rejects-tp4"])
+EQ_NAMES = [
+    f"{n}-tp{t}"
+    for t in (2, 4)
+    for n in [
+        "linears",
+        "mlp-sp0",
+        "mlp-sp1",
+        "attn-sp0",
+        "attn-sp1",
+        "vocab-ce",
+        "gpt-sp0-vocab0",
+        "gpt-sp1-vocab0",
+        "gpt-sp0-vocab1",
+        "gpt-sp1-vocab1",
+        "comm-sp0",
+        "comm-sp1",
+    ]
+] + ["rejects-tp4"]
 
 
 @pytest.mark.parametrize("name", EQ_NAMES)
@@ -279,8 +310,9 @@ def test_equivalence_and_comm(equivalence, name):
         assert res[name] == "ok", f"rank {rank}: {res[name]}"
 
 
-@pytest.mark.parametrize("name", ["dropout-tp2", "dropout-sp-tp2", "dropout-bug-tp2",
-                                  "parallelize-module"])
+@pytest.mark.parametrize(
+    "name", ["dropout-tp2", "dropout-sp-tp2", "dropout-bug-tp2", "parallelize-module"]
+)
 def test_rng_dtensor_link(rng_dtensor, name):
     for rank, res in enumerate(rng_dtensor):
         assert res[name] == "ok", f"rank {rank}: {res[name]}"

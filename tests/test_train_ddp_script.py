@@ -1,5 +1,6 @@
 """scripts/train_ddp.py, the plain torchrun script of lab 04, launched for real with torchrun:
 the loss goes down and the distributed checkpoint loads back identically."""
+
 import json
 import subprocess
 import sys
@@ -9,8 +10,19 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_ddp.py"
 
 
 def test_train_ddp_under_torchrun(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           str(SCRIPT), "--steps", "30", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        "--steps",
+        "30",
+        "--out",
+        str(tmp_path),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads((tmp_path / "results.json").read_text())

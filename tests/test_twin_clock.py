@@ -1,5 +1,6 @@
 """The emulated cluster without ranks: the virtual clock's rules on hand-computed cases, the cost
 of a group by the links it spans, the compute charge, the outputs, and bad input."""
+
 from __future__ import annotations
 
 import json
@@ -14,20 +15,26 @@ from lab_utils.twin.compute import ComputeCharge
 from lab_utils.twin.result import Emulation, RankRecord
 from lab_utils.twin.session import Session
 
-C = twin.Cluster(nodes=2, gpus_per_node=2, peak_flops=1e12, efficiency=0.5,
-                 intra=twin.Link("nv", 1e-6, 100e9), inter=twin.Link("ib", 10e-6, 10e9))
+C = twin.Cluster(
+    nodes=2,
+    gpus_per_node=2,
+    peak_flops=1e12,
+    efficiency=0.5,
+    intra=twin.Link("nv", 1e-6, 100e9),
+    inter=twin.Link("ib", 10e-6, 10e9),
+)
 
 
 def test_compute_then_async_comm_overlaps_until_wait():
     c = RankClock(0)
     c.compute(2.0, "forward")
-    c.compute(1.0, "forward")             # back to back: one span
+    c.compute(1.0, "forward")  # back to back: one span
     assert [(s.start, s.end) for s in c.spans] == [(0.0, 3.0)]
-    end = c.occupy("comm", c.ready(), 4.0, "all_reduce")   # async: issued at 3, ends at 7
-    c.compute(2.0, "backward")            # runs under the all-reduce
+    end = c.occupy("comm", c.ready(), 4.0, "all_reduce")  # async: issued at 3, ends at 7
+    c.compute(2.0, "backward")  # runs under the all-reduce
     assert (end, c.now) == (7.0, 5.0)
     c.wait(end)
-    assert c.now == 7.0                   # waited 2 s, not 4
+    assert c.now == 7.0  # waited 2 s, not 4
     assert c.ready() == 7.0
 
 
@@ -50,22 +57,28 @@ def test_a_collective_starts_at_the_latest_participant():
     for c in (early, late):
         c.join()
     assert ends == [4.0, 4.0] and early.now == late.now == 4.0
-    assert early.spans[0].start == 3.0     # the early rank idled 3 s
+    assert early.spans[0].start == 3.0  # the early rank idled 3 s
 
 
 def test_group_cost_follows_the_links_it_spans():
     a, bw, A, BW = 1e-6, 100e9, 10e-6, 10e9
     d = 1e6
-    assert group_collective_time("all_reduce", 2, 1, 2, d, a, bw, A, BW) == \
-        collective_time("all_reduce", 2, d, a, bw)                  # inside a node: intra
-    assert group_collective_time("all_reduce", 2, 2, 1, d, a, bw, A, BW) == \
-        collective_time("all_reduce", 2, d, A, BW)                  # one per node: inter
-    hier = (collective_time("reduce_scatter", 2, d, a, bw) + collective_time(
-        "all_reduce", 2, d / 2, A, BW) + collective_time("all_gather", 2, d, a, bw))
+    assert group_collective_time("all_reduce", 2, 1, 2, d, a, bw, A, BW) == collective_time(
+        "all_reduce", 2, d, a, bw
+    )  # inside a node: intra
+    assert group_collective_time("all_reduce", 2, 2, 1, d, a, bw, A, BW) == collective_time(
+        "all_reduce", 2, d, A, BW
+    )  # one per node: inter
+    hier = (
+        collective_time("reduce_scatter", 2, d, a, bw)
+        + collective_time("all_reduce", 2, d / 2, A, BW)
+        + collective_time("all_gather", 2, d, a, bw)
+    )
     assert hierarchical_time("all_reduce", 2, 2, d, a, bw, A, BW) == pytest.approx(hier)
     flat = collective_time("all_reduce", 4, d, A, BW)
-    assert group_collective_time("all_reduce", 4, 2, 2, d, a, bw, A, BW) == \
-        pytest.approx(min(flat, hier))
+    assert group_collective_time("all_reduce", 4, 2, 2, d, a, bw, A, BW) == pytest.approx(
+        min(flat, hier)
+    )
     assert hier < flat  # by hand: 0.55e-4 + 0.7e-4 < 1.56e-4 (s)
 
 
@@ -73,7 +86,7 @@ def test_compute_is_charged_from_counted_flops():
     s = Session(0, C, twin.Scale(flops=3.0))
     x, w = torch.randn(8, 16), torch.randn(16, 32)
     with ComputeCharge(s) as mode:
-        (x @ w).relu()                     # relu: no FLOPs
+        (x @ w).relu()  # relu: no FLOPs
     assert mode.flops == 2 * 8 * 16 * 32
     assert s.clock.now == pytest.approx(3 * 2 * 8 * 16 * 32 / (1e12 * 0.5))
     assert s.clock.spans[0].name == "forward"
@@ -94,34 +107,48 @@ def test_preset_uses_the_hardware_table():
     assert c.with_(nodes=4).world_size == 32
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: C.with_(nodes=0), "Cluster.nodes"),
-    (lambda: C.with_(gpus_per_node=1.5), "Cluster.gpus_per_node"),
-    (lambda: C.with_(efficiency=0), "Cluster.efficiency"),
-    (lambda: C.with_(efficiency=1.5), "Cluster.efficiency"),
-    (lambda: twin.Link("ib", 1e-6, 0), "ib.bytes_per_s"),
-    (lambda: twin.Link("ib", -1, 1e9), "ib.latency_s"),
-    (lambda: C.with_(inter=25e9), "Cluster.inter"),
-    (lambda: twin.Cluster.preset("DGX Z9"), "DGX Z9"),
-    (lambda: twin.Cluster.preset("DGX H100", gpus_per_node=9), "gpus_per_node"),
-    (lambda: C.check_world(3), "world_size"),
-    (lambda: C.span([0, 4]), "rank 4"),
-    (lambda: twin.Scale(flops=0), "Scale.flops"),
-    (lambda: twin.emulate(lambda ctx: 0, 3, C), "world_size"),
-    (lambda: twin.emulate(lambda ctx: 0, 4, "DGX H100"), "cluster"),
-])
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: C.with_(nodes=0), "Cluster.nodes"),
+        (lambda: C.with_(gpus_per_node=1.5), "Cluster.gpus_per_node"),
+        (lambda: C.with_(efficiency=0), "Cluster.efficiency"),
+        (lambda: C.with_(efficiency=1.5), "Cluster.efficiency"),
+        (lambda: twin.Link("ib", 1e-6, 0), "ib.bytes_per_s"),
+        (lambda: twin.Link("ib", -1, 1e9), "ib.latency_s"),
+        (lambda: C.with_(inter=25e9), "Cluster.inter"),
+        (lambda: twin.Cluster.preset("DGX Z9"), "DGX Z9"),
+        (lambda: twin.Cluster.preset("DGX H100", gpus_per_node=9), "gpus_per_node"),
+        (lambda: C.check_world(3), "world_size"),
+        (lambda: C.span([0, 4]), "rank 4"),
+        (lambda: twin.Scale(flops=0), "Scale.flops"),
+        (lambda: twin.emulate(lambda ctx: 0, 3, C), "world_size"),
+        (lambda: twin.emulate(lambda ctx: 0, 4, "DGX H100"), "cluster"),
+    ],
+)
 def test_bad_input_names_the_field(make, field):
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         make()
 
 
 def _fake() -> Emulation:
-    spans = [dict(rank=r, stream=st, name=n, start=a, end=b, bytes=0.0, flops=0.0)
-             for r in (0, 1) for st, n, a, b in (("compute", "forward", 0.0, 1.0),
-                                                 ("comm", "all_reduce", 1.0, 3.0),
-                                                 ("compute", "backward", 2.0, 2.5))]
-    return Emulation(C, twin.Scale(), [RankRecord(r, None, [s for s in spans if s["rank"] == r],
-                                                  [3.0], 3.0, [], {}) for r in (0, 1)])
+    spans = [
+        dict(rank=r, stream=st, name=n, start=a, end=b, bytes=0.0, flops=0.0)
+        for r in (0, 1)
+        for st, n, a, b in (
+            ("compute", "forward", 0.0, 1.0),
+            ("comm", "all_reduce", 1.0, 3.0),
+            ("compute", "backward", 2.0, 2.5),
+        )
+    ]
+    return Emulation(
+        C,
+        twin.Scale(),
+        [
+            RankRecord(r, None, [s for s in spans if s["rank"] == r], [3.0], 3.0, [], {})
+            for r in (0, 1)
+        ],
+    )
 
 
 def test_outputs_timeline_trace_and_figure(tmp_path):
@@ -133,8 +160,9 @@ def test_outputs_timeline_trace_and_figure(tmp_path):
     path = tmp_path / "t.json"
     twin.chrome_trace(em, str(path))
     trace = json.loads(path.read_text())
-    names = {(e["pid"], e.get("tid"), e["args"]["name"]) for e in trace["traceEvents"]
-             if e["ph"] == "M"}
+    names = {
+        (e["pid"], e.get("tid"), e["args"]["name"]) for e in trace["traceEvents"] if e["ph"] == "M"
+    }
     assert (0, None, "rank 0 (node 0)") in names and (1, 1, "comm") in names
     x = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(x) == 6 and x[1]["ts"] == 1e6 and x[1]["dur"] == 2e6
@@ -158,11 +186,11 @@ def test_a_deferred_collective_resolves_in_issue_order_when_needed():
     c = RankClock(0)
     asked = []
     first = c.defer(lambda: asked.append("a") or 1.0, 2.0, "all_reduce")
-    c.compute(5.0)                         # the rank runs on; nothing resolved yet
+    c.compute(5.0)  # the rank runs on; nothing resolved yet
     second = c.defer(lambda: asked.append("b") or 4.0, 1.0, "all_gather")
     assert asked == []
-    assert second() == 5.0                 # resolving b first resolves a: 1 + 2 = 3, then
-    assert asked == ["a", "b"]             # b starts at max(4, stream free 3) = 4, ends at 5
+    assert second() == 5.0  # resolving b first resolves a: 1 + 2 = 3, then
+    assert asked == ["a", "b"]  # b starts at max(4, stream free 3) = 4, ends at 5
     assert first() == 3.0
     assert c.ready() == 5.0
 

@@ -1,6 +1,7 @@
 """The emulated cluster runs real DDP (torch's and lab_utils.parallel's) on 4 ranks over 2 nodes:
 same numbers as a plain gloo run, every bucket seen, and bucketed all-reduces overlapping the
 backward pass on the emulated clock (naive DDP, which reduces after backward, overlaps nothing)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,15 @@ CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)
 CAP = 64 * 1024  # bytes per bucket: several buckets for the lab model
 IMPLS = ("torch", "bucket", "naive")
 # A slow GPU and 10 GbE, so compute and communication are of one size and overlap shows.
-CLUSTER = twin.Cluster(nodes=2, gpus_per_node=2, peak_flops=1e12, efficiency=0.5,
-                       intra=twin.Link("PCIe", 10e-6, 16e9),
-                       inter=twin.Link("10GbE", 50e-6, 1.25e9), name="slow 2x2")
+CLUSTER = twin.Cluster(
+    nodes=2,
+    gpus_per_node=2,
+    peak_flops=1e12,
+    efficiency=0.5,
+    intra=twin.Link("PCIe", 10e-6, 16e9),
+    inter=twin.Link("10GbE", 50e-6, 1.25e9),
+    name="slow 2x2",
+)
 
 
 def ddp_steps(ctx, steps=2):
@@ -37,8 +44,10 @@ def ddp_steps(ctx, steps=2):
 
 @pytest.fixture(scope="module")
 def runs():
-    return (twin.emulate(ddp_steps, 4, CLUSTER, quiet=True, timeout_s=120),
-            run(ddp_steps, 4, backend="gloo", quiet=True, timeout_s=120))
+    return (
+        twin.emulate(ddp_steps, 4, CLUSTER, quiet=True, timeout_s=120),
+        run(ddp_steps, 4, backend="gloo", quiet=True, timeout_s=120),
+    )
 
 
 def _last_step(em, impl, rank=0):
@@ -70,8 +79,7 @@ def test_bucketed_all_reduces_overlap_backward(runs, impl):
 def test_naive_ddp_communicates_after_backward(runs):
     spans, t_naive = _last_step(runs[0], "naive")
     bwd_end = max(s["end"] for s in spans if s["name"] == "backward")
-    assert all(s["start"] >= bwd_end for s in spans if s["stream"] == "comm"
-               and s["bytes"] > 64)
+    assert all(s["start"] >= bwd_end for s in spans if s["stream"] == "comm" and s["bytes"] > 64)
     assert _last_step(runs[0], "bucket")[1] < t_naive
     assert _last_step(runs[0], "torch")[1] < t_naive
 

@@ -10,20 +10,26 @@ Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, lar
 weak scaling stays near N and just below Gustafson's line; lab 07's 1F1B step (real compute)
 idles a little more than (p-1)/(m+p-1), less with more micro-batches.
 Lab 06: the same TP step across two nodes pays far more than inside one; a pipeline step little."""
+
 from __future__ import annotations
 
 import pytest
 
 from lab_utils import twin
-from lab_utils.calc import (bubble, bus_bandwidth, collective_time, fit_alpha_beta,
-                            gustafson_speedup, hierarchical_time)
+from lab_utils.calc import (
+    bubble,
+    bus_bandwidth,
+    collective_time,
+    fit_alpha_beta,
+    gustafson_speedup,
+    hierarchical_time,
+)
 from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
 from lab_utils.experiments.lab05 import twin as lab05_twin
 from lab_utils.experiments.lab06 import twin as lab06_twin
 from lab_utils.experiments.lab10 import twin as lab10_twin
 from lab_utils.models import GPTConfig
-
 
 
 def test_all_reduce_fits_alpha_beta_and_busbw_is_the_link():
@@ -42,8 +48,16 @@ def test_all_reduce_fits_alpha_beta_and_busbw_is_the_link():
 
 def test_hierarchical_beats_one_flat_ring_across_nodes_as_calc_says():
     c, d = lab03_twin.nodes_cluster(2, 2), 14e9  # 1 KiB floats charged as 14 GB of gradients
-    em = twin.emulate(lab03_twin.hierarchy_times, 4, c, 2, 1024,
-                      scale=lab03_twin.charged_as(4096, d), quiet=True, timeout_s=120)
+    em = twin.emulate(
+        lab03_twin.hierarchy_times,
+        4,
+        c,
+        2,
+        1024,
+        scale=lab03_twin.charged_as(4096, d),
+        quiet=True,
+        timeout_s=120,
+    )
     t = em.results[0]
     nv, ib = (c.intra.latency_s, c.intra.bytes_per_s), (c.inter.latency_s, c.inter.bytes_per_s)
     flat = collective_time("all_reduce", 4, d, *ib)
@@ -57,8 +71,17 @@ def test_hierarchical_beats_one_flat_ring_across_nodes_as_calc_says():
 def test_fsdp_prefetch_and_zero3_vs_zero2_on_the_emulated_clock():
     cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=3, n_head=4, d_model=64)
     names = ("FSDP", "FSDP prefetch", "FSDP keep, prefetch", "fully_shard prefetch")
-    em = twin.emulate(lab05_twin.fsdp_steps, 4, lab05_twin.fsdp_cluster(), cfg, 2, names,
-                      scale=lab05_twin.fsdp_scale(cfg, 2), quiet=True, timeout_s=240)
+    em = twin.emulate(
+        lab05_twin.fsdp_steps,
+        4,
+        lab05_twin.fsdp_cluster(),
+        cfg,
+        2,
+        names,
+        scale=lab05_twin.fsdp_scale(cfg, 2),
+        quiet=True,
+        timeout_s=240,
+    )
     assert em.unknown == []
     p = lab05_twin.step_points(em)
     off, on, keep = p["FSDP"], p["FSDP prefetch"], p["FSDP keep, prefetch"]
@@ -76,8 +99,17 @@ CAPS = [16 * 2**10, 128 * 2**10, 25 * 2**20]
 
 @pytest.fixture(scope="module")
 def sweep():
-    em = twin.emulate(lab04_twin.bucket_sweep, 4, L4, CFG, 4, CAPS,
-                      scale=twin.Scale(flops=1024), quiet=True, timeout_s=240)
+    em = twin.emulate(
+        lab04_twin.bucket_sweep,
+        4,
+        L4,
+        CFG,
+        4,
+        CAPS,
+        scale=twin.Scale(flops=1024),
+        quiet=True,
+        timeout_s=240,
+    )
     return em, lab04_twin.sweep_points(em)
 
 
@@ -86,7 +118,7 @@ def test_bucket_sweep_has_a_sweet_spot_inside(sweep, impl):
     small, mid, one = [p for p in sweep[1] if p.impl == impl]
     assert small.all_reduces > mid.all_reduces > one.all_reduces
     assert small.step_s > mid.step_s < one.step_s  # latency on the left, no overlap on the right
-    assert one.hidden_s == 0.0 < mid.hidden_s      # one bucket waits for the end of backward
+    assert one.hidden_s == 0.0 < mid.hidden_s  # one bucket waits for the end of backward
     assert small.comm_s > mid.comm_s > one.comm_s  # each all-reduce pays the latency again
 
 
@@ -104,9 +136,18 @@ SIZES = [1, 2, 4]  # N = 4 spans two nodes
 @pytest.fixture(scope="module")
 def scaling():
     cfg = lab10_twin.SCALING_CONFIG
-    em = twin.emulate(lab10_twin.scaling_steps, 4, lab10_twin.scaling_cluster(4), SIZES,
-                      global_batch=32, per_rank_batch=8, steps=1,
-                      scale=lab10_twin.scaling_scale(cfg, 32), quiet=True, timeout_s=240)
+    em = twin.emulate(
+        lab10_twin.scaling_steps,
+        4,
+        lab10_twin.scaling_cluster(4),
+        SIZES,
+        global_batch=32,
+        per_rank_batch=8,
+        steps=1,
+        scale=lab10_twin.scaling_scale(cfg, 32),
+        quiet=True,
+        timeout_s=240,
+    )
     return em.results[0]
 
 
@@ -128,8 +169,15 @@ def test_weak_scaling_stays_just_below_gustafson(scaling):
 
 
 def test_pipeline_bubble_on_the_emulated_clock_follows_the_formula():
-    em = twin.emulate(lab10_twin.bubble_steps, 2, lab10_twin.bubble_cluster(), [2, 8],
-                      scale=lab10_twin.bubble_scale(), quiet=True, timeout_s=240)
+    em = twin.emulate(
+        lab10_twin.bubble_steps,
+        2,
+        lab10_twin.bubble_cluster(),
+        [2, 8],
+        scale=lab10_twin.bubble_scale(),
+        quiet=True,
+        timeout_s=240,
+    )
     assert em.unknown == []
     idle = lab10_twin.bubbles(em)
     assert idle[8] < idle[2]
@@ -139,10 +187,21 @@ def test_pipeline_bubble_on_the_emulated_clock_follows_the_formula():
 
 def test_tp_pays_the_network_far_more_than_pp():
     cfg = GPTConfig(vocab_size=64, seq_len=32, n_layer=4, n_head=4, d_model=64)
-    t = {p: lab06_twin.step_times(twin.emulate(lab06_twin.tp_pp_steps, 2, c, cfg, 8,
-                                               scale=lab06_twin.layer_scale(cfg, 8), quiet=True,
-                                               timeout_s=120).results)
-         for p, c in lab06_twin.placements().items()}
+    t = {
+        p: lab06_twin.step_times(
+            twin.emulate(
+                lab06_twin.tp_pp_steps,
+                2,
+                c,
+                cfg,
+                8,
+                scale=lab06_twin.layer_scale(cfg, 8),
+                quiet=True,
+                timeout_s=120,
+            ).results
+        )
+        for p, c in lab06_twin.placements().items()
+    }
     inside, across = t["inside one node"], t["across two nodes"]
     assert across["TP"] > 1.2 * inside["TP"]
     assert across["TP"] - inside["TP"] > 3 * (across["PP"] - inside["PP"]) > 0

@@ -14,18 +14,23 @@ saves; a GPU at half speed makes every rank's step wait for it, and per-rank com
 The emulator's additions these use (the "io" stream, ``Cluster.slow_ranks``) are checked here
 by hand-computed cases.
 """
+
 import pytest
 
 from lab_utils import twin
-from lab_utils.twin.clock import RankClock
-
+from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.experiments.lab07 import reference_grads, run_pipeline
 from lab_utils.experiments.lab07.pipeline import PP_CONFIG, pipeline_cluster, pipeline_scale
-from lab_utils.experiments.lab07.tables import (bubble_formula, in_flight_formula,
-                                                measured_bubble, measured_in_flight, stage_costs)
+from lab_utils.experiments.lab07.tables import (
+    bubble_formula,
+    in_flight_formula,
+    measured_bubble,
+    measured_in_flight,
+    stage_costs,
+)
 from lab_utils.experiments.lab07.torch_pipeline import replay
-from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.parallel.pipeline_parallel.schedules import SCHEDULES
+from lab_utils.twin.clock import RankClock
 
 P, M = 4, 8
 ALL = tuple(SCHEDULES)  # gpipe, 1f1b, interleaved, zb-h1, zb-h2
@@ -35,8 +40,9 @@ ALL = tuple(SCHEDULES)  # gpipe, 1f1b, interleaved, zb-h1, zb-h2
 def pipes():
     exps = [dict(schedule=s, m=M) for s in ALL]
     inside = run_pipeline(exps, P, pipeline_cluster(), pipeline_scale(), timeout_s=240)
-    across = run_pipeline(exps[:3], P, pipeline_cluster(across_nodes=True), pipeline_scale(),
-                          timeout_s=240)
+    across = run_pipeline(
+        exps[:3], P, pipeline_cluster(across_nodes=True), pipeline_scale(), timeout_s=240
+    )
     return {r.schedule: r for r in inside}, {r.schedule: r for r in across}
 
 
@@ -51,7 +57,8 @@ def test_emulated_pipeline_replays_to_the_formula(pipes):
         window = "rank" if name == "zb-h2" else "global"
         b = bubble_from_timeline(again, window=window)
         assert (b.max if window == "rank" else b.mean) == pytest.approx(
-            bubble_formula(name, P, M, run.v), abs=1e-12)
+            bubble_formula(name, P, M, run.v), abs=1e-12
+        )
         assert measured_in_flight(run) == in_flight_formula(name, P, M, run.v)
         assert max((run.grads[n] - g).abs().max().item() for n, g in ref.items()) < 1e-6
 
@@ -65,8 +72,9 @@ def test_emulated_bubbles_teach_the_lesson(pipes):
     assert g == pytest.approx(o, abs=0.005)
     assert bubble_formula("1f1b", P, M) < o < bubble_formula("1f1b", P, M) + 0.05
     assert i < o - 0.05
-    loss = {s: measured_bubble(across[s]) - measured_bubble(inside[s])
-            for s in ("1f1b", "interleaved")}
+    loss = {
+        s: measured_bubble(across[s]) - measured_bubble(inside[s]) for s in ("1f1b", "interleaved")
+    }
     assert loss["interleaved"] > 2 * loss["1f1b"] > 0
 
 
@@ -76,8 +84,13 @@ def test_last_stage_is_the_compute_hot_spot():
     from dataclasses import replace
 
     cfg = replace(PP_CONFIG, vocab_size=2048)
-    run = run_pipeline([dict(schedule="gpipe", m=M, cfg=cfg)], P, pipeline_cluster(),
-                       pipeline_scale(cfg), timeout_s=240)[0]
+    run = run_pipeline(
+        [dict(schedule="gpipe", m=M, cfg=cfg)],
+        P,
+        pipeline_cluster(),
+        pipeline_scale(cfg),
+        timeout_s=240,
+    )[0]
     costs = stage_costs(run)
     assert costs[0] == pytest.approx(costs[1], rel=1e-9) == pytest.approx(costs[2], rel=1e-9)
     assert costs[3] > 2 * costs[0]
@@ -87,11 +100,11 @@ def test_io_stream_runs_beside_steps_until_waited():
     """Hand-computed: a background write does not hold the step mark; a waited one does."""
     c = RankClock(0)
     c.compute(1.0)
-    assert c.io(0.5, "staging") == 1.5 and c.now == 1.5          # waited: the rank stalls
+    assert c.io(0.5, "staging") == 1.5 and c.now == 1.5  # waited: the rank stalls
     assert c.io(10.0, "write", wait=False) == 11.5 and c.now == 1.5
     c.compute(1.0)
-    assert c.mark_step() == 2.5                                  # the write outlives the step
-    assert c.io(1.0, "staging") == 12.5                          # the next save waits for it
+    assert c.mark_step() == 2.5  # the write outlives the step
+    assert c.io(1.0, "staging") == 12.5  # the next save waits for it
     c.wait_io()
     assert c.now == 12.5 and [s.stream for s in c.spans].count("io") == 3
 
@@ -100,8 +113,12 @@ def test_slow_ranks_are_validated_and_charged():
     c = twin.Cluster.preset("DGX H100", nodes=1, gpus_per_node=4)
     assert c.with_(slow_ranks=((2, 0.5),)).rank_flops_per_s(2) == c.flops_per_s / 2
     assert c.with_(slow_ranks=((2, 0.5),)).rank_flops_per_s(1) == c.flops_per_s
-    for bad, field in [(((4, 0.5),), "slow_ranks"), (((1, 0.0),), "factor"),
-                       (((1, 1.5),), "factor"), ((1,), "pairs")]:
+    for bad, field in [
+        (((4, 0.5),), "slow_ranks"),
+        (((1, 0.0),), "factor"),
+        (((1, 1.5),), "factor"),
+        ((1,), "pairs"),
+    ]:
         with pytest.raises(ValueError, match=field):
             c.with_(slow_ranks=bad)
 
@@ -112,10 +129,14 @@ def lab11_runs():
 
     cluster = twin.Cluster.preset("DGX H100", nodes=1, gpus_per_node=4)
     scale = t11.lab_scale()
-    saves = {m: twin.emulate(t11.checkpoint_steps, 4, cluster, m, scale=scale, timeout_s=240)
-             for m in ("sync", "async")}
-    stragglers = [twin.emulate(t11.straggler_steps, 4, c, scale=scale, timeout_s=240)
-                  for c in (cluster, cluster.with_(slow_ranks=((2, 0.5),)))]
+    saves = {
+        m: twin.emulate(t11.checkpoint_steps, 4, cluster, m, scale=scale, timeout_s=240)
+        for m in ("sync", "async")
+    }
+    stragglers = [
+        twin.emulate(t11.straggler_steps, 4, c, scale=scale, timeout_s=240)
+        for c in (cluster, cluster.with_(slow_ranks=((2, 0.5),)))
+    ]
     return t11, saves, stragglers
 
 
@@ -123,7 +144,7 @@ def test_async_checkpoint_stalls_for_the_staging_copy_only(lab11_runs):
     t11, saves, _ = lab11_runs
     nbytes = saves["sync"].results[0]["bytes"]
     sync, asyn = (t11.save_times(saves[m]) for m in ("sync", "async"))
-    assert sync["step"] == pytest.approx(asyn["step"], rel=1e-9)   # no save: the same step
+    assert sync["step"] == pytest.approx(asyn["step"], rel=1e-9)  # no save: the same step
     assert sync["stall"] == pytest.approx(nbytes / t11.STORAGE_BYTES_PER_S, rel=1e-6)
     assert asyn["stall"] == pytest.approx(nbytes / t11.STAGING_BYTES_PER_S, rel=1e-6)
     assert asyn["complete"] == pytest.approx(sync["complete"] + asyn["stall"], rel=1e-6)
@@ -138,7 +159,7 @@ def test_straggler_sets_every_ranks_pace(lab11_runs):
     assert slow_c[2] == pytest.approx(2 * fast_c[2], rel=1e-9)
     assert slow_c[0] == pytest.approx(fast_c[0], rel=1e-9)
     assert find_stragglers(slow_c) == [2] and find_stragglers(fast_c) == []
-    for r in range(4):   # every rank's step grows by rank 2's extra compute, within its comm
+    for r in range(4):  # every rank's step grows by rank 2's extra compute, within its comm
         extra = slow.step_times(r)[-1] - healthy.step_times(r)[-1]
         assert extra == pytest.approx(slow_c[2] - fast_c[2], rel=0.05)
 
@@ -151,12 +172,16 @@ def test_hsdp_beats_fsdp_across_nodes_and_layouts_rank():
     from lab_utils.experiments.lab08 import twin as t8
 
     cluster = twin.Cluster.preset("DGX H100", nodes=2, gpus_per_node=4)
-    fsdp, hsdp = (twin.emulate(t8.shard_steps, 8, cluster, m, scale=t8.TWIN_SCALE,
-                               timeout_s=300) for m in ("fsdp", "hsdp"))
+    fsdp, hsdp = (
+        twin.emulate(t8.shard_steps, 8, cluster, m, scale=t8.TWIN_SCALE, timeout_s=300)
+        for m in ("fsdp", "hsdp")
+    )
     assert hsdp.step_times()[-1] < 0.97 * fsdp.step_times()[-1]
     assert hsdp.results[0] == pytest.approx(fsdp.results[0], rel=1e-5)
-    runs = {k: twin.emulate(t8.layout_steps, 8, cluster, *k, scale=t8.TWIN_SCALE,
-                            timeout_s=300) for k in ((2, 2, 2), (8, 1, 1))}
+    runs = {
+        k: twin.emulate(t8.layout_steps, 8, cluster, *k, scale=t8.TWIN_SCALE, timeout_s=300)
+        for k in ((2, 2, 2), (8, 1, 1))
+    }
     assert t8.same_losses(runs.values())
     rows = {r["layout"]: r for r in t8.layout_rows(runs, cluster)}
     assert rows["dp=8 tp=1 pp=1"]["emulated rank"] == 1 == rows["dp=2 tp=2 pp=2"]["planner rank"]

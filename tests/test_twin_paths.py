@@ -3,6 +3,7 @@
 across nodes, async work overlapping compute, FSDP2 on a DeviceMesh, all-to-all, batched
 send/recv, an async collective followed by a send (no deadlock: a collective never blocks at
 issue), and calls the emulator does not model or own (run, charged nothing, reported once)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,14 @@ import torch.distributed as dist
 from lab_utils import run, twin
 from lab_utils.calc.comm import collective_time, group_collective_time
 
-C = twin.Cluster(nodes=2, gpus_per_node=2, peak_flops=1e12, efficiency=0.5,
-                 intra=twin.Link("nv", 1e-6, 100e9), inter=twin.Link("ib", 10e-6, 10e9))
+C = twin.Cluster(
+    nodes=2,
+    gpus_per_node=2,
+    peak_flops=1e12,
+    efficiency=0.5,
+    intra=twin.Link("nv", 1e-6, 100e9),
+    inter=twin.Link("ib", 10e-6, 10e9),
+)
 MM = 2 * 64 * 64 * 64  # FLOPs of one 64 x 64 x 64 matmul
 
 
@@ -25,10 +32,12 @@ def _since(t0):
 def paths(ctx):
     r, out, dt = ctx.rank, {}, {}
     t = torch.full((4,), float(r))
-    dist.all_reduce(t)                                    # the DEFAULT group
+    dist.all_reduce(t)  # the DEFAULT group
     out["default"] = t.tolist()
-    groups = {k: [dist.new_group(g) for g in gs] for k, gs in
-              (("intra", ([0, 1], [2, 3])), ("inter", ([0, 2], [1, 3])))}
+    groups = {
+        k: [dist.new_group(g) for g in gs]
+        for k, gs in (("intra", ([0, 1], [2, 3])), ("inter", ([0, 2], [1, 3])))
+    }
     for kind, (g0, g1) in groups.items():
         x = torch.full((1000,), float(r))
         dist.barrier()
@@ -38,21 +47,22 @@ def paths(ctx):
     dist.barrier()
     t0 = twin.now() or 0.0
     if r == 1:
-        torch.randn(64, 64) @ torch.randn(64, 64)         # rank 1 arrives late
+        torch.randn(64, 64) @ torch.randn(64, 64)  # rank 1 arrives late
     y = torch.ones(1)
     dist.all_reduce(y, group=ctx.group)
     dt["late"] = _since(t0)
     dist.barrier()
     t0 = twin.now() or 0.0
     big = torch.ones(250_000)
-    work = dist.all_reduce(big, async_op=True)             # 1 MB on the comm stream...
+    work = dist.all_reduce(big, async_op=True)  # 1 MB on the comm stream...
     for _ in range(20):
-        torch.randn(64, 64) @ torch.randn(64, 64)          # ...while this computes
+        torch.randn(64, 64) @ torch.randn(64, 64)  # ...while this computes
     dt["before_wait"] = _since(t0)
     work.wait()
     dt["async"], out["async"] = _since(t0), big[0].item()
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
     f = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(2)])
@@ -66,14 +76,15 @@ def paths(ctx):
     out["a2a"] = a2a.tolist()
     w = ctx.world_size
     send, recv = torch.full((16,), float(r)), torch.empty(16)
-    for q in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, (r + 1) % w),
-                                     dist.P2POp(dist.irecv, recv, (r - 1) % w)]):
+    for q in dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, send, (r + 1) % w), dist.P2POp(dist.irecv, recv, (r - 1) % w)]
+    ):
         q.wait()
     out["p2p"] = recv[0].item()
     gathered = [torch.empty(2) for _ in range(w)] if r == 0 else None
     dist.gather(torch.full((2,), float(r)), gathered, dst=0)
     out["gather"] = [g[0].item() for g in gathered] if r == 0 else None
-    pair = groups["intra"][r // 2]    # async collective, then a send to a rank that issues
+    pair = groups["intra"][r // 2]  # async collective, then a send to a rank that issues
     x, y = torch.full((8,), float(r)), torch.full((4,), float(r))  # it only after its recv
     if r % 2 == 0:
         work = dist.all_reduce(x, group=pair, async_op=True)
@@ -83,7 +94,7 @@ def paths(ctx):
         dist.recv(y, r - 1)
         dist.all_reduce(x, group=pair)
     out["async_then_send"] = (x[0].item(), y[0].item())
-    real = dist.new_group([0, 1, 2, 3], backend="gloo")    # a group the twin does not own
+    real = dist.new_group([0, 1, 2, 3], backend="gloo")  # a group the twin does not own
     z = torch.ones(1)
     dist.all_reduce(z, group=real)
     out["real_gloo"] = z.item()
@@ -92,8 +103,10 @@ def paths(ctx):
 
 @pytest.fixture(scope="module")
 def runs():
-    return (twin.emulate(paths, 4, C, quiet=True, timeout_s=120),
-            run(paths, 4, backend="gloo", quiet=True, timeout_s=120))
+    return (
+        twin.emulate(paths, 4, C, quiet=True, timeout_s=120),
+        run(paths, 4, backend="gloo", quiet=True, timeout_s=120),
+    )
 
 
 def test_same_numbers_as_plain_gloo(runs):
@@ -131,8 +144,8 @@ def test_async_work_overlaps_compute_until_wait(runs):
     compute = 20 * MM / 5e11
     assert compute < cost
     for _, dt in runs[0].results:
-        assert dt["before_wait"] == pytest.approx(compute)   # the rank did not wait
-        assert dt["async"] == pytest.approx(cost)            # compute hid under the comm
+        assert dt["before_wait"] == pytest.approx(compute)  # the rank did not wait
+        assert dt["async"] == pytest.approx(cost)  # compute hid under the comm
     assert all(v is None for _, dt in runs[1] for v in dt.values())
 
 

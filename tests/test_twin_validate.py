@@ -1,5 +1,6 @@
 """`python -m lab_utils twin validate`: the emulated grid within 5% of calc, the published rows
 within 15% with one efficiency per GPU, every row labelled, exit status 1 on a miss."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,15 @@ def table():
 def test_every_row_within_its_bound(table):
     rows, text = table
     assert [r.name for r in rows if r.part == "a"] == [
-        "ddp", "fsdp", "tp", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zb-h1", "3d"]
+        "ddp",
+        "fsdp",
+        "tp",
+        "pp-gpipe",
+        "pp-1f1b",
+        "pp-interleaved",
+        "pp-zb-h1",
+        "3d",
+    ]
     assert len([r for r in rows if r.part == "b"]) == 6
     assert all(r.ok for r in rows), text
 

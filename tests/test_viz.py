@@ -1,5 +1,6 @@
 """Explorer widgets, driven without a browser: each control's change must show calc's numbers,
 and each class of bad input must show a readable message and leave the figure unchanged."""
+
 from __future__ import annotations
 
 import base64
@@ -13,11 +14,22 @@ import pytest
 
 from lab_utils import calc
 from lab_utils.calc import GB, GiB
-from lab_utils.viz import (AmdahlExplorer, BubbleExplorer, CollectiveExplorer, MemoryExplorer,
-                           PlannerWidget, amdahl_explorer, bubble_explorer, collective_explorer,
-                           memory_explorer, planner_widget, to_figure, training_cost_explorer)
-from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, figure_json
+from lab_utils.viz import (
+    AmdahlExplorer,
+    BubbleExplorer,
+    CollectiveExplorer,
+    MemoryExplorer,
+    PlannerWidget,
+    amdahl_explorer,
+    bubble_explorer,
+    collective_explorer,
+    memory_explorer,
+    planner_widget,
+    to_figure,
+    training_cost_explorer,
+)
 from lab_utils.viz.controls import NumberText
+from lab_utils.viz.live_plot import MAX_RENEWALS, LivePlot, figure_json
 
 approx = pytest.approx
 
@@ -36,13 +48,16 @@ def _bad(w, **values):
     return w.error_message
 
 
-@pytest.mark.parametrize("factory, title, css", [
-    (memory_explorer, "Memory explorer", "memory-explorer"),
-    (bubble_explorer, "Bubble explorer", "bubble-explorer"),
-    (collective_explorer, "Collective-cost explorer", "collective-explorer"),
-    (amdahl_explorer, "Amdahl explorer", "amdahl-explorer"),
-    (planner_widget, "3D parallelism planner", "planner-widget"),
-])
+@pytest.mark.parametrize(
+    "factory, title, css",
+    [
+        (memory_explorer, "Memory explorer", "memory-explorer"),
+        (bubble_explorer, "Bubble explorer", "bubble-explorer"),
+        (collective_explorer, "Collective-cost explorer", "collective-explorer"),
+        (amdahl_explorer, "Amdahl explorer", "amdahl-explorer"),
+        (planner_widget, "3D parallelism planner", "planner-widget"),
+    ],
+)
 def test_every_widget_builds_with_a_findable_title_and_a_valid_figure(factory, title, css):
     w = factory()
     assert w.error_message == "" and w.error.value == ""
@@ -59,16 +74,25 @@ def _tree(widget):
         yield from _tree(child)
 
 
-EVERY_EXPLORER = [memory_explorer, bubble_explorer, collective_explorer, amdahl_explorer, planner_widget,
-                  training_cost_explorer]
+EVERY_EXPLORER = [
+    memory_explorer,
+    bubble_explorer,
+    collective_explorer,
+    amdahl_explorer,
+    planner_widget,
+    training_cost_explorer,
+]
 
 
 @pytest.mark.parametrize("factory", EVERY_EXPLORER)
 def test_the_figure_travels_as_output_state_until_a_page_draws_it_live(factory):
-    """The race CI hit: a FigureWidget (an anywidget) whose 5 MB script loads in over 2 s drops every
+    """The race CI hit: a FigureWidget (an anywidget) whose 5 MB script loads in over 2 s drops
+    every
     message, so its plot stays blank. The figure arrives as the state of a core Output widget; the
-    only anywidget is LivePlot, whose module is tiny, and it takes over only once a page reports that
-    it drew the Output's graph (``live``). If a redraw fails there, the Output shows the figure again."""
+    only anywidget is LivePlot, whose module is tiny, and it takes over only once a page reports
+    that
+    it drew the Output's graph (``live``). If a redraw fails there, the Output shows the figure
+    again."""
     w = factory()
     assert [type(x).__name__ for x in _tree(w) if x.has_trait("_esm")] == ["LivePlot"]
     assert len(w.plot._esm) < 4096 and not w.plot.live
@@ -91,8 +115,10 @@ def test_the_figure_travels_as_output_state_until_a_page_draws_it_live(factory):
 
 def test_a_plot_whose_page_drops_its_messages_is_replaced_by_a_fresh_one(monkeypatch):
     """anywidget drops every message to a model whose module did not load within 2 s (a slow page):
-    its view renders without the figure Python set and reports "no-figure". The first report gets the
-    figure sent again (it may only be late); a second one makes the explorer swap in a fresh LivePlot
+    its view renders without the figure Python set and reports "no-figure". The first report gets
+    the
+    figure sent again (it may only be late); a second one makes the explorer swap in a fresh
+    LivePlot
     holding the same figure, closing the old one, at most MAX_RENEWALS times."""
     w, sent = bubble_explorer(), []
     monkeypatch.setattr(LivePlot, "send_state", lambda self, key=None: sent.append((self, key)))
@@ -123,7 +149,9 @@ def _decoded(value):
     """plotly's typed-array JSON ({"dtype", "bdata"}) as lists, everything else as it is."""
     if isinstance(value, dict) and set(value) >= {"dtype", "bdata"}:
         array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        return _decoded(array.reshape(value["shape"]).tolist() if "shape" in value else array.tolist())
+        return _decoded(
+            array.reshape(value["shape"]).tolist() if "shape" in value else array.tolist()
+        )
     if isinstance(value, dict):
         return {k: _decoded(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -143,8 +171,14 @@ def _first_difference(a, b, path="figure"):
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} vs {len(b)} items"
-        return next((d for i, (x, y) in enumerate(zip(a, b))
-                     if (d := _first_difference(x, y, f"{path}[{i}]")) is not None), None)
+        return next(
+            (
+                d
+                for i, (x, y) in enumerate(zip(a, b))
+                if (d := _first_difference(x, y, f"{path}[{i}]")) is not None
+            ),
+            None,
+        )
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return None if math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300) else f"{path}: {a} vs {b}"
     return None if a == b else f"{path}: {a!r} vs {b!r}"
@@ -167,6 +201,7 @@ def test_the_pages_json_is_what_plotly_makes_of_the_spec(factory):
 
 # --- memory -----------------------------------------------------------------------------
 
+
 def _totals(w):
     return [sum(t.y[i] for t in w.figure.data[:5]) for i in range(len(w.figure.data[0].x))]
 
@@ -183,21 +218,36 @@ def test_memory_worked_examples_from_the_syllabus():
 def test_memory_controls_change_the_bars_to_calc_numbers():
     w = MemoryExplorer(model="7B", compare=False)
     cfg = calc.preset("llama2-7b")
-    for change in ({"zero_stage": 2, "dp": 8}, {"tp": 4}, {"pp": 2}, {"recipe": "fp32_adam"},
-                   {"micro_batch": 4}, {"seq_len": 4096}, {"recompute": "selective"},
-                   {"sequence_parallel": True}):
+    for change in (
+        {"zero_stage": 2, "dp": 8},
+        {"tp": 4},
+        {"pp": 2},
+        {"recipe": "fp32_adam"},
+        {"micro_batch": 4},
+        {"seq_len": 4096},
+        {"recompute": "selective"},
+        {"sequence_parallel": True},
+    ):
         for name, value in change.items():
             w.controls[name].value = value  # a UI edit: observe callbacks update synchronously
         v = w.values
-        ms = calc.model_state_memory(7e9, v["recipe"], v["zero_stage"], v["dp"], v["tp"],
-                                     v["pp"])
-        act = calc.activation_memory(v["seq_len"], v["micro_batch"], cfg.hidden, cfg.n_heads,
-                                     cfg.n_layers, v["tp"], v["pp"], n_micro=v["pp"],
-                                     sequence_parallel=v["sequence_parallel"] and v["tp"] > 1,
-                                     recompute=v["recompute"]).total
+        ms = calc.model_state_memory(7e9, v["recipe"], v["zero_stage"], v["dp"], v["tp"], v["pp"])
+        act = calc.activation_memory(
+            v["seq_len"],
+            v["micro_batch"],
+            cfg.hidden,
+            cfg.n_heads,
+            cfg.n_layers,
+            v["tp"],
+            v["pp"],
+            n_micro=v["pp"],
+            sequence_parallel=v["sequence_parallel"] and v["tp"] > 1,
+            recompute=v["recompute"],
+        ).total
         got = [t.y[0] for t in w.figure.data[:5]]
-        assert got == approx([ms.params / GB, ms.grads / GB, ms.master / GB,
-                              ms.optimizer / GB, act / GB]), change
+        assert got == approx(
+            [ms.params / GB, ms.grads / GB, ms.master / GB, ms.optimizer / GB, act / GB]
+        ), change
         assert w.error_message == ""
 
 
@@ -206,8 +256,9 @@ def test_memory_flash_attention_drops_the_score_term():
     cfg = calc.preset("llama2-7b")
     stored = w.figure.data[4].y[0]
     w.set(flash_attention=True)
-    flash = calc.activation_memory(2048, 1, cfg.hidden, cfg.n_heads, cfg.n_layers,
-                                   flash_attention=True).total
+    flash = calc.activation_memory(
+        2048, 1, cfg.hidden, cfg.n_heads, cfg.n_layers, flash_attention=True
+    ).total
     assert w.figure.data[4].y[0] == approx(flash / GB) and flash / GB < 0.5 * stored
     assert "FlashAttention" in w.summary.value and w.error_message == ""
 
@@ -241,23 +292,34 @@ def test_memory_bad_inputs_show_messages():
 
 # --- bubble -----------------------------------------------------------------------------
 
+
 def _bars(w):
-    return sorted((y, round(b, 9), round(b + d, 9)) for t in w.figure.data
-                  for y, b, d in zip(t.y, t.base, t.x))
+    return sorted(
+        (y, round(b, 9), round(b + d, 9))
+        for t in w.figure.data
+        for y, b, d in zip(t.y, t.base, t.x)
+    )
 
 
 def test_bubble_controls_redraw_the_calc_schedule_and_state_both_fractions():
     w = BubbleExplorer()
-    for change in ({"p": 2}, {"m": 6}, {"t_b_over_t_f": 3.0}, {"schedule": "gpipe"},
-                   {"schedule": "zb-h1"}, {"schedule": "interleaved", "m": 4, "v": 2}):
+    for change in (
+        {"p": 2},
+        {"m": 6},
+        {"t_b_over_t_f": 3.0},
+        {"schedule": "gpipe"},
+        {"schedule": "zb-h1"},
+        {"schedule": "interleaved", "m": 4, "v": 2},
+    ):
         for name, value in change.items():
             w.controls[name].value = value
         v = w.values
         vv = v["v"] if v["schedule"] == "interleaved" else 1
         s = calc.schedule(v["schedule"], v["p"], v["m"], vv, 1.0, v["t_b_over_t_f"])
         assert w.error_message == "", change
-        assert _bars(w) == sorted((f"rank {e.rank}", round(e.start, 9), round(e.end, 9))
-                                  for e in s.events)
+        assert _bars(w) == sorted(
+            (f"rank {e.rank}", round(e.start, 9), round(e.end, 9)) for e in s.events
+        )
         b = calc.bubble(v["schedule"], v["p"], v["m"], vv, 1.0, v["t_b_over_t_f"])
         assert f"{b.of_ideal:.1%} of ideal" in w.figure.layout.title.text
         assert f"{b.of_total:.1%} of total" in w.figure.layout.title.text
@@ -282,18 +344,29 @@ def test_bubble_bad_inputs_show_messages():
 
 # --- collectives ------------------------------------------------------------------------
 
+
 def test_collective_panels_equal_calc_for_every_op_and_sweep():
     w = CollectiveExplorer(n=16, size_mb=64.0, alpha_us=5.0, bandwidth_gbs=50.0)
-    for change in ({}, {"op": "all_gather"}, {"n": 32}, {"size_mb": 8.0}, {"alpha_us": 20.0},
-                   {"sweep": "size"}):
+    for change in (
+        {},
+        {"op": "all_gather"},
+        {"n": 32},
+        {"size_mb": 8.0},
+        {"alpha_us": 20.0},
+        {"sweep": "size"},
+    ):
         w.set(**change)
         assert w.error_message == ""
         st = w.state
-        pts = [(int(x), st.size_bytes) for x in w.figure.data[0].x] if st.sweep == "n" else \
-            [(st.n, x * 1e6) for x in w.figure.data[0].x]
+        pts = (
+            [(int(x), st.size_bytes) for x in w.figure.data[0].x]
+            if st.sweep == "n"
+            else [(st.n, x * 1e6) for x in w.figure.data[0].x]
+        )
         for i, op in enumerate(calc.comm.OPS):
             assert list(w.figure.data[i].y) == approx(
-                [calc.ring_bytes_per_rank(op, n, d) / 1e6 for n, d in pts])
+                [calc.ring_bytes_per_rank(op, n, d) / 1e6 for n, d in pts]
+            )
         ring = [calc.collective_time(st.op, n, d, st.alpha_s, st.bandwidth, "ring") for n, d in pts]
         tree = [calc.collective_time(st.op, n, d, st.alpha_s, st.bandwidth, "tree") for n, d in pts]
         assert list(w.figure.data[7].y) == approx([t * 1e3 for t in ring])
@@ -325,21 +398,27 @@ def test_collective_link_preset_fills_bandwidth_and_bad_inputs():
 
 # --- Amdahl -----------------------------------------------------------------------------
 
+
 def test_amdahl_curves_and_ceiling_equal_calc():
     w = AmdahlExplorer()
-    for change in ({"serial_fraction": 0.1}, {"n_max": 64}, {"gustafson": False},
-                   {"serial_fraction": 0.0}, {"n_max": 5000, "serial_fraction": 0.02}):
+    for change in (
+        {"serial_fraction": 0.1},
+        {"n_max": 64},
+        {"gustafson": False},
+        {"serial_fraction": 0.0},
+        {"n_max": 5000, "serial_fraction": 0.02},
+    ):
         w.set(**change)
         st = w.state
         ns = [int(n) for n in w.figure.data[1].x]
         assert ns[0] == 1 and ns[-1] == st.n_max
         assert list(w.figure.data[1].y) == approx(
-            [calc.amdahl_speedup(st.serial_fraction, n) for n in ns])
+            [calc.amdahl_speedup(st.serial_fraction, n) for n in ns]
+        )
         gus = [calc.gustafson_speedup(st.serial_fraction, n) for n in ns] if st.gustafson else []
         assert list(w.figure.data[2].y) == approx(gus)
         ceiling = list(w.figure.data[3].y)
-        assert ceiling == ([] if st.serial_fraction == 0 else
-                           approx([1 / st.serial_fraction] * 2))
+        assert ceiling == ([] if st.serial_fraction == 0 else approx([1 / st.serial_fraction] * 2))
     assert "50x" in w.summary.value  # 1/0.02
 
 
@@ -356,28 +435,44 @@ SMALL = dict(model="llama2-7b", n_nodes=2, global_batch=64, seq_len=2048, top_k=
 
 def test_planner_rows_and_bars_equal_calc_plan():
     w = PlannerWidget(**SMALL)
-    for change in ({}, {"gpu_mem_gb": 40.0}, {"n_nodes": 4}, {"global_batch": 128},
-                   {"per_layout": False}, {"inter_link": "100GbE"}):
+    for change in (
+        {},
+        {"gpu_mem_gb": 40.0},
+        {"n_nodes": 4},
+        {"global_batch": 128},
+        {"per_layout": False},
+        {"inter_link": "100GbE"},
+    ):
         w.set(**change)
         assert w.error_message == ""
         v = w.values
-        cluster = calc.Cluster(v["gpus_per_node"], v["n_nodes"], v["gpu_mem_gb"] * GB,
-                               calc.LINKS[v["intra_link"]].bytes_per_s,
-                               calc.LINKS[v["inter_link"]].bytes_per_s,
-                               calc.DEVICES[v["device"]].peak_flops)
-        plans = calc.plan(calc.preset("llama2-7b"), cluster, v["global_batch"], 2048,
-                          compute_efficiency=v["efficiency"])
-        good = calc.best_per_layout(plans) if v["per_layout"] else [p for p in plans
-                                                                    if p.feasible]
-        good = good[:v["top_k"]]
+        cluster = calc.Cluster(
+            v["gpus_per_node"],
+            v["n_nodes"],
+            v["gpu_mem_gb"] * GB,
+            calc.LINKS[v["intra_link"]].bytes_per_s,
+            calc.LINKS[v["inter_link"]].bytes_per_s,
+            calc.DEVICES[v["device"]].peak_flops,
+        )
+        plans = calc.plan(
+            calc.preset("llama2-7b"),
+            cluster,
+            v["global_batch"],
+            2048,
+            compute_efficiency=v["efficiency"],
+        )
+        good = calc.best_per_layout(plans) if v["per_layout"] else [p for p in plans if p.feasible]
+        good = good[: v["top_k"]]
         n = len(good)
         assert list(w.figure.data[0].y[:n]) == approx([p.model_state.total / GB for p in good])
         mem = [a + b for a, b in zip(w.figure.data[0].y, w.figure.data[1].y)]
         assert mem[:n] == approx([p.memory_bytes / GB for p in good])
         steps = [sum(w.figure.data[k].y[i] for k in range(3, 8)) for i in range(n)]
         assert steps == approx([p.step_s for p in good])
-        assert f"<td style='padding:2px 8px;text-align:right'>{good[0].step_s:.2f}</td>" in \
-            w.summary.value
+        assert (
+            f"<td style='padding:2px 8px;text-align:right'>{good[0].step_s:.2f}</td>"
+            in w.summary.value
+        )
 
 
 def test_planner_device_fills_memory_and_bad_inputs():

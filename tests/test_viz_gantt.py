@@ -1,4 +1,5 @@
 """gantt_figure / collective_state_figure: both event kinds, colours, labels, units, errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,16 @@ def _bars(fig):
 def test_ideal_events_become_one_bar_each_at_their_times():
     s = schedule("1f1b", 4, 8)
     fig = gantt_figure(s.events, title="1F1B")
-    want = sorted((f"rank {e.rank}", "forward" if e.kind == "F" else "backward",
-                   round(e.start, 9), round(e.end, 9), str(e.microbatch)) for e in s.events)
+    want = sorted(
+        (
+            f"rank {e.rank}",
+            "forward" if e.kind == "F" else "backward",
+            round(e.start, 9),
+            round(e.end, 9),
+            str(e.microbatch),
+        )
+        for e in s.events
+    )
     assert _bars(fig) == want
     assert fig.layout.xaxis.title.text == "time (units of t_f)"
     assert fig.layout.title.text == "1F1B"
@@ -32,11 +41,15 @@ def test_ideal_events_become_one_bar_each_at_their_times():
 def test_kinds_have_fixed_colours_across_ideal_and_measured():
     ideal = gantt_figure(schedule("zb-h1", 4, 8).events)
     assert {t.name: t.marker.color for t in ideal.data} == {
-        "forward": KIND_COLORS["forward"], "backward": KIND_COLORS["backward"],
-        "weight-grad": KIND_COLORS["weight-grad"]}
-    events = [dict(rank=r, name=n, start=10.0 + i + 0.1 * r, end=10.5 + i + 0.1 * r, mb=i)
-              for r in range(2) for i, n in enumerate(["forward", "backward", "send",
-                                                       "all_reduce", "optimizer"])]
+        "forward": KIND_COLORS["forward"],
+        "backward": KIND_COLORS["backward"],
+        "weight-grad": KIND_COLORS["weight-grad"],
+    }
+    events = [
+        dict(rank=r, name=n, start=10.0 + i + 0.1 * r, end=10.5 + i + 0.1 * r, mb=i)
+        for r in range(2)
+        for i, n in enumerate(["forward", "backward", "send", "all_reduce", "optimizer"])
+    ]
     measured = gantt_figure(events)
     colours = {t.name: t.marker.color for t in measured.data}
     assert colours["forward"] == KIND_COLORS["forward"]
@@ -47,15 +60,18 @@ def test_kinds_have_fixed_colours_across_ideal_and_measured():
 
 
 def test_measured_dicts_shift_to_zero_and_hover_has_duration():
-    events = [dict(rank=1, name="forward", start=100.25, end=100.75, mb=3, stage=1),
-              dict(rank=0, name="backward", start=100.0, end=101.0, mb=2, stage=0)]
+    events = [
+        dict(rank=1, name="forward", start=100.25, end=100.75, mb=3, stage=1),
+        dict(rank=0, name="backward", start=100.0, end=101.0, mb=2, stage=0),
+    ]
     fig = gantt_figure(events)
     assert fig.layout.xaxis.title.text == "time (s)"
     bars = _bars(fig)
     assert bars == [("rank 0", "backward", 0.0, 1.0, "2"), ("rank 1", "forward", 0.25, 0.75, "3")]
     fwd = next(t for t in fig.data if t.name == "forward")
-    assert fwd.hovertext[0] == ("rank 1<br>forward mb 3<br>start 0.25 s<br>end 0.75 s<br>"
-                                "duration 0.5 s")
+    assert fwd.hovertext[0] == (
+        "rank 1<br>forward mb 3<br>start 0.25 s<br>end 0.75 s<br>duration 0.5 s"
+    )
 
 
 def test_color_by_meta_key_and_interleaved_chunk_labels():
@@ -68,16 +84,26 @@ def test_color_by_meta_key_and_interleaved_chunk_labels():
 
 
 def test_kind_of_aliases():
-    assert [kind_of(n) for n in ("F", "fwd", "B", "W", "recv", "reduce_scatter", "step")] == \
-        ["forward", "forward", "backward", "weight-grad", "comm", "comm", "optimizer"]
+    assert [kind_of(n) for n in ("F", "fwd", "B", "W", "recv", "reduce_scatter", "step")] == [
+        "forward",
+        "forward",
+        "backward",
+        "weight-grad",
+        "comm",
+        "comm",
+        "optimizer",
+    ]
 
 
-@pytest.mark.parametrize("events, words", [
-    ([], "empty"),
-    ([dict(rank=0, name="forward", start=0.0)], "end"),
-    ([dict(rank=0, name="forward", start=2.0, end=1.0)], "ends before it starts"),
-    ([42], "cannot read"),
-])
+@pytest.mark.parametrize(
+    "events, words",
+    [
+        ([], "empty"),
+        ([dict(rank=0, name="forward", start=0.0)], "end"),
+        ([dict(rank=0, name="forward", start=2.0, end=1.0)], "ends before it starts"),
+        ([42], "cannot read"),
+    ],
+)
 def test_bad_timelines_raise_readable_errors(events, words):
     with pytest.raises(ValueError, match=words):
         gantt_figure(events)
@@ -107,7 +133,10 @@ def test_dataclass_records_are_read_like_dicts():
         mb: int
 
     fig = gantt_figure([Rec(0, "F", 5.0, 6.0, 1), Rec(1, "B", 6.0, 8.0, 1)])
-    assert _bars(fig) == [("rank 0", "forward", 0.0, 1.0, "1"), ("rank 1", "backward", 1.0, 3.0, "1")]
+    assert _bars(fig) == [
+        ("rank 0", "forward", 0.0, 1.0, "1"),
+        ("rank 1", "backward", 1.0, 3.0, "1"),
+    ]
     assert fig.layout.xaxis.title.text == "time (s)"
 
 
@@ -132,7 +161,9 @@ def test_a_figure_whose_axis_runs_far_beyond_its_data_is_refused():
     annotation at 10^80 (plotly reads annotation positions on log axes as log10): the axis ran
     to 10^85 and flattened every bar. The check names the axis, the data span and the culprit."""
     import plotly.graph_objects as go
+
     from lab_utils.viz import axis_problems, checked, to_figure
+
     fig = go.Figure([go.Bar(x=["1", "64"], y=[500.0, 5.0]), go.Bar(x=["1", "64"], y=[20.0, 20.0])])
     fig.add_hline(y=80, line_dash="dot", annotation_text="80 GB")
     fig.update_layout(barmode="stack", yaxis=dict(type="log"))
@@ -140,8 +171,12 @@ def test_a_figure_whose_axis_runs_far_beyond_its_data_is_refused():
     assert "yaxis (log)" in problem and "'80 GB'" in problem and "1e+80" in problem
     with pytest.raises(ValueError, match="log10"):
         checked(fig)
-    fig.update_layout(yaxis=dict(type="linear"))           # on a linear axis y=80 is 80: fine
+    fig.update_layout(yaxis=dict(type="linear"))  # on a linear axis y=80 is 80: fine
     assert checked(fig) is fig
     with pytest.raises(ValueError, match="its range"):
-        to_figure({"data": [dict(type="scatter", x=[1, 2], y=[1, 2])],
-                   "layout": {"yaxis": {"range": [0, 1e6]}}})
+        to_figure(
+            {
+                "data": [dict(type="scatter", x=[1, 2], y=[1, 2])],
+                "layout": {"yaxis": {"range": [0, 1e6]}},
+            }
+        )

@@ -1,4 +1,5 @@
-"""ZeRO stages 0-2 (lab_utils.parallel.zero) against the single-process reference, torch's fully_shard
+"""ZeRO stages 0-2 (lab_utils.parallel.zero) against the single-process reference, torch's
+fully_shard
 (FSDP2), the memory calculator and the communication calculator.
 
 One launch per world size (2 and 4) runs every experiment: TinyGPT with AdamW and SGD at every
@@ -16,9 +17,8 @@ from lab_utils.calc import RECIPES, Recipe, dp_bytes_per_rank, model_state_memor
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
 from lab_utils.measure import CommLedger, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT, ToyMLP, count_params
-from lab_utils.reference import default_loss, make_optimizer, reference_run
 from lab_utils.parallel.zero import ZeroOptimizer
-
+from lab_utils.reference import default_loss, make_optimizer, reference_run
 
 CFG = GPTConfig()  # every unit's size is divisible by 4: no padding at K = 2 or 4
 STEPS, GLOBAL_BATCH = 4, 8
@@ -70,9 +70,12 @@ def experiments(ctx):
             zero = ZeroOptimizer(model, stage, g, optimizer=opt, lr=1e-2)
             losses, comm = train(ctx, model, zero, gpt_batches(), zero.zero_grad, r, k, g)
             out[("gpt", opt, stage)] = dict(
-                losses=losses, comm=comm, mem=zero.state_bytes(),
+                losses=losses,
+                comm=comm,
+                mem=zero.state_bytes(),
                 generic=model_state_bytes(model, zero.optimizer)["total"],
-                weights=zero.full_state_dict())
+                weights=zero.full_state_dict(),
+            )
     model = gpt()
     for block in model.blocks:
         fully_shard(block)
@@ -84,8 +87,9 @@ def experiments(ctx):
         model = odd_mlp()
         zero = ZeroOptimizer(model, stage, g, optimizer="sgd", lr=0.1)
         losses, _ = train(ctx, model, zero, mlp_batches(), zero.zero_grad, r, k, g)
-        out[("mlp", stage)] = dict(losses=losses, mem=zero.state_bytes(),
-                                   weights=zero.full_state_dict())
+        out[("mlp", stage)] = dict(
+            losses=losses, mem=zero.state_bytes(), weights=zero.full_state_dict()
+        )
     # One rank alone: a subgroup per rank (every rank must create every group).
     singles = [dist.new_group([i]) for i in range(k)]
     for stage in STAGES:
@@ -105,10 +109,14 @@ def results(request):
 
 @pytest.fixture(scope="module")
 def refs():
-    return {(name, opt): reference_run(model_fn, batches(), STEPS, lr=lr, optimizer=opt)
-            for name, model_fn, batches, opt, lr in (
-                ("gpt", gpt, gpt_batches, "adamw", 1e-2), ("gpt", gpt, gpt_batches, "sgd", 1e-2),
-                ("mlp", odd_mlp, mlp_batches, "sgd", 0.1))}
+    return {
+        (name, opt): reference_run(model_fn, batches(), STEPS, lr=lr, optimizer=opt)
+        for name, model_fn, batches, opt, lr in (
+            ("gpt", gpt, gpt_batches, "adamw", 1e-2),
+            ("gpt", gpt, gpt_batches, "sgd", 1e-2),
+            ("mlp", odd_mlp, mlp_batches, "sgd", 0.1),
+        )
+    }
 
 
 N = count_params(gpt())
@@ -138,8 +146,12 @@ def test_wrong_reference_is_detected(results, refs):
     """The comparison can fail: SGD losses differ from AdamW's after the first update."""
     k, per_rank = results
     with pytest.raises(AssertionError):
-        assert_close(per_rank[0][("gpt", "sgd", 1)]["losses"], refs[("gpt", "adamw")].losses,
-                     rtol=1e-5, atol=1e-5)
+        assert_close(
+            per_rank[0][("gpt", "sgd", 1)]["losses"],
+            refs[("gpt", "adamw")].losses,
+            rtol=1e-5,
+            atol=1e-5,
+        )
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -150,7 +162,10 @@ def test_memory_equals_calculator_exactly(results, stage):
         calc = model_state_memory(N, FP32_ADAM, zero_stage=stage, dp=k)
         assert mem["padding"] == 0 and mem["n_params"] == N
         assert (mem["params"], mem["grads"], mem["optimizer"]) == (
-            calc.params, calc.grads, calc.master + calc.optimizer)
+            calc.params,
+            calc.grads,
+            calc.master + calc.optimizer,
+        )
         # the generic storage ledger books the buckets differently but agrees on the total
         assert per_rank[r][("gpt", "adamw", stage)]["generic"] == mem["total"] == calc.total
 
@@ -159,7 +174,10 @@ def test_fully_shard_memory_equals_zero3(results):
     k, per_rank = results
     mem, calc = per_rank[0]["fsdp2"]["mem"], model_state_memory(N, FP32_ADAM, 3, dp=k)
     assert (mem["params"], mem["grads"], mem["optimizer"]) == (
-        calc.params, calc.grads, calc.optimizer)
+        calc.params,
+        calc.grads,
+        calc.optimizer,
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -170,10 +188,15 @@ def test_bytes_per_step_equal_2x_2x_2x_3x(results, stage):
     assert comm["bytes_sent"] == pytest.approx(want, rel=1e-12)
     units = CFG.n_layer + 1  # one per block + the root (embeddings, final norm, head)
     counts = {op: row["count"] for op, row in comm["by_op"].items()}
-    assert counts == {0: {"all_reduce": units},
-                      1: {"reduce_scatter": units, "all_gather": units},
-                      2: {"reduce_scatter": units, "all_gather": units},
-                      3: {"reduce_scatter": units, "all_gather": 2 * units}}[stage]
+    assert (
+        counts
+        == {
+            0: {"all_reduce": units},
+            1: {"reduce_scatter": units, "all_gather": units},
+            2: {"reduce_scatter": units, "all_gather": units},
+            3: {"reduce_scatter": units, "all_gather": 2 * units},
+        }[stage]
+    )
 
 
 def test_fully_shard_collectives(results):

@@ -11,14 +11,14 @@ Its work is split by what it depends on, so that ``plan`` does each piece once:
 * ``layout_plans``: both combined into each candidate's fields.
 Labs 08, 12.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
 from math import ceil
 
 from lab_utils.calc._check import boolean, instance, number, pos_int
-from lab_utils.calc._layout_rules import (batch_problem, bubble_warning, link,
-                                          memory_messages)
+from lab_utils.calc._layout_rules import batch_problem, bubble_warning, link, memory_messages
 from lab_utils.calc.activations import _layer_bytes
 from lab_utils.calc.comm import collective_time
 from lab_utils.calc.hardware import Cluster
@@ -31,13 +31,18 @@ _N_AR = {"none": 4, "selective": 4, "full": 6}  # tp_layer_comm(backward=True).o
 # of a GPU, as a function of the micro-batch count m. ZeRO-0/1 accumulate gradients locally
 # and reduce once; sharded gradients (ZeRO-2/3) are reduce-scattered after EVERY micro-batch,
 # and ZeRO-3 re-gathers the params for each micro-batch's forward and backward.
-_DP_OPS = {0: lambda m: (1, 1), 1: lambda m: (1, 1), 2: lambda m: (m, 1),
-           3: lambda m: (m, 2 * m)}
+_DP_OPS = {0: lambda m: (1, 1), 1: lambda m: (1, 1), 2: lambda m: (m, 1), 3: lambda m: (m, 2 * m)}
 
 
-def check_inputs(cfg: object, cluster: object, global_batch: object, seq_len: object,
-                 recipe: object, allow_tp_across_nodes: object,
-                 compute_efficiency: object) -> None:
+def check_inputs(
+    cfg: object,
+    cluster: object,
+    global_batch: object,
+    seq_len: object,
+    recipe: object,
+    allow_tp_across_nodes: object,
+    compute_efficiency: object,
+) -> None:
     """The inputs ``evaluate`` and ``plan`` share."""
     instance("cfg", cfg, ModelConfig, "calc.preset('llama2-70b')")
     instance("cluster", cluster, Cluster, "calc.dgx_h100(32)")
@@ -45,9 +50,15 @@ def check_inputs(cfg: object, cluster: object, global_batch: object, seq_len: ob
     pos_int("seq_len", seq_len)
     resolve_recipe(recipe)  # type: ignore[arg-type]
     boolean("allow_tp_across_nodes", allow_tp_across_nodes)
-    number("compute_efficiency", compute_efficiency, 0, 1, lo_open=True,
-           expected="a fraction in (0, 1] of the peak FLOP/s",
-           hint="0.5 means half the peak; more than 1 would beat the hardware")
+    number(
+        "compute_efficiency",
+        compute_efficiency,
+        0,
+        1,
+        lo_open=True,
+        expected="a fraction in (0, 1] of the peak FLOP/s",
+        hint="0.5 means half the peak; more than 1 would beat the hardware",
+    )
 
 
 def kv_heads_messages(cfg: ModelConfig, tp: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -62,12 +73,16 @@ def kv_heads_messages(cfg: ModelConfig, tp: int) -> tuple[tuple[str, ...], tuple
     if kv % tp == 0:
         return (), ()
     if tp % kv == 0:
-        return (), (f"TP={tp} exceeds the {kv} key/value heads of grouped-query attention: each "
-                    f"K/V head is replicated on {tp // kv} ranks (Megatron-LM requires "
-                    "n_kv_heads % tp == 0); activations and K/V weights are larger than shown",)
-    return (f"TP={tp} does not divide the {kv} key/value heads (grouped-query attention) and "
-            f"is not a multiple of them: the K/V heads cannot be split evenly; use a TP that "
-            f"divides {kv}",), ()
+        return (), (
+            f"TP={tp} exceeds the {kv} key/value heads of grouped-query attention: each "
+            f"K/V head is replicated on {tp // kv} ranks (Megatron-LM requires "
+            "n_kv_heads % tp == 0); activations and K/V weights are larger than shown",
+        )
+    return (
+        f"TP={tp} does not divide the {kv} key/value heads (grouped-query attention) and "
+        f"is not a multiple of them: the K/V heads cannot be split evenly; use a TP that "
+        f"divides {kv}",
+    ), ()
 
 
 def stage_params(cfg: ModelConfig, tp: int, pp: int) -> float:
@@ -82,38 +97,57 @@ def stage_params(cfg: ModelConfig, tp: int, pp: int) -> float:
     return (layers + max(pc.embedding, head)) / tp
 
 
-def _layout_messages(cfg: ModelConfig, cluster: Cluster, tp: int, pp: int, dp: int,
-                     allow_tp_across_nodes: bool) -> tuple:
+def _layout_messages(
+    cfg: ModelConfig, cluster: Cluster, tp: int, pp: int, dp: int, allow_tp_across_nodes: bool
+) -> tuple:
     """(problems before the batch's, problems after it, warnings) of the layout itself."""
     before: tuple[str, ...] = ()
     kv_warnings: tuple[str, ...] = ()
     if dp * tp * pp != cluster.world:
-        before += (f"dp*tp*pp = {dp}*{tp}*{pp} = {dp * tp * pp} but the cluster has "
-                   f"{cluster.world} GPUs; the three degrees must multiply to the world size",)
+        before += (
+            f"dp*tp*pp = {dp}*{tp}*{pp} = {dp * tp * pp} but the cluster has "
+            f"{cluster.world} GPUs; the three degrees must multiply to the world size",
+        )
     if cfg.n_heads % tp:
-        before += (f"TP={tp} does not divide n_heads={cfg.n_heads}: each TP rank must own "
-                   "whole attention heads",)
+        before += (
+            f"TP={tp} does not divide n_heads={cfg.n_heads}: each TP rank must own "
+            "whole attention heads",
+        )
     else:
         kv_problems, kv_warnings = kv_heads_messages(cfg, tp)
         before += kv_problems
     if cfg.n_layers % pp:
-        before += (f"PP={pp} does not divide n_layers={cfg.n_layers}: stages would get "
-                   "unequal layer counts",)
+        before += (
+            f"PP={pp} does not divide n_layers={cfg.n_layers}: stages would get "
+            "unequal layer counts",
+        )
     gpn = cluster.gpus_per_node
     spans: tuple[str, ...] = ()
     if tp > gpn:
-        spans = (f"TP={tp} spans {ceil(tp / gpn)} nodes: TP all-reduces (every layer) cross "
-                 "the slow inter-node link",)
+        spans = (
+            f"TP={tp} spans {ceil(tp / gpn)} nodes: TP all-reduces (every layer) cross "
+            "the slow inter-node link",
+        )
     if allow_tp_across_nodes:
         return before, (), kv_warnings + spans
     return before, spans, kv_warnings
 
 
 @lru_cache(maxsize=1024)
-def layout_terms(cfg: ModelConfig, cluster: Cluster, seq_len: int, tp: int, pp: int, dp: int,
-                 micro_batches: tuple[int, ...], recomputes: tuple[str, ...],
-                 zero_stages: tuple[int, ...], recipe: str | Recipe,
-                 allow_tp_across_nodes: bool, sequence_parallel: bool) -> tuple:
+def layout_terms(
+    cfg: ModelConfig,
+    cluster: Cluster,
+    seq_len: int,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batches: tuple[int, ...],
+    recomputes: tuple[str, ...],
+    zero_stages: tuple[int, ...],
+    recipe: str | Recipe,
+    allow_tp_across_nodes: bool,
+    sequence_parallel: bool,
+) -> tuple:
     """The batch-independent terms of one layout (see the module docstring)."""
     h, s, a = cfg.hidden, seq_len, cfg.n_heads
     messages = _layout_messages(cfg, cluster, tp, pp, dp, allow_tp_across_nodes)
@@ -127,9 +161,14 @@ def layout_terms(cfg: ModelConfig, cluster: Cluster, seq_len: int, tp: int, pp: 
     for zero in zero_stages:
         ms = model_state_memory(n_gpu, recipe, zero, dp)
         gathered = 2 * 2 * param_count(cfg).per_layer / tp if zero == 3 else 0.0  # FSDP
-        warn = (("ZeRO-2/3 with PP re-syncs gradients (and params) every micro-batch; "
-                 "DeepSpeed's pipeline engine supports only ZeRO-1 (use ZeRO-1 with PP)",)
-                if pp > 1 and zero >= 2 else ())
+        warn = (
+            (
+                "ZeRO-2/3 with PP re-syncs gradients (and params) every micro-batch; "
+                "DeepSpeed's pipeline engine supports only ZeRO-1 (use ZeRO-1 with PP)",
+            )
+            if pp > 1 and zero >= 2
+            else ()
+        )
         zeros.append((zero, ms, ms.total, ms.total + gathered, gathered, warn))
     ct_rs = ct_ag = 0.0
     if dp > 1:
@@ -137,8 +176,7 @@ def layout_terms(cfg: ModelConfig, cluster: Cluster, seq_len: int, tp: int, pp: 
         ct_ag = collective_time("all_gather", dp, 2 * n_gpu, dp_lat, dp_bw)
     mbs = []
     for b in micro_batches:
-        tp_ct = (collective_time("all_reduce", tp, b * s * h * 2, tp_lat, tp_bw)
-                 if tp > 1 else 0.0)
+        tp_ct = collective_time("all_reduce", tp, b * s * h * 2, tp_lat, tp_bw) if tp > 1 else 0.0
         pp_unit = pp_lat + b * s * h * 2 / tp / pp_bw
         logits = 4 * s * b * cfg.vocab_size / tp  # fp32 logits of the last stage
         rows = []
@@ -148,28 +186,47 @@ def layout_terms(cfg: ModelConfig, cluster: Cluster, seq_len: int, tp: int, pp: 
             work = _layer_bytes(s, b, h, a, tp, sp, "none") if rc != "none" else 0.0
             # the first stage holds min(p, m) micro-batches (1F1B); the last one holds one
             # micro-batch and the logits: both products left to right, as layout_plans uses
-            rows.append((rc, per_layer * layers, work, per_layer * layers + work + logits,
-                         layers * _N_AR[rc]))
+            rows.append(
+                (
+                    rc,
+                    per_layer * layers,
+                    work,
+                    per_layer * layers + work + logits,
+                    layers * _N_AR[rc],
+                )
+            )
         mbs.append((b, dp * b, logits, tp_ct, pp_unit, tuple(rows)))
     return messages, tuple(zeros), ct_rs, ct_ag, tuple(mbs)
 
 
-def batch_terms(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
-                compute_efficiency: float) -> tuple[dict[str, float], float]:
+def batch_terms(
+    cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int, compute_efficiency: float
+) -> tuple[dict[str, float], float]:
     """({recompute: compute seconds}, model FLOPs of MFU's numerator) of one global batch."""
     h, s = cfg.hidden, seq_len
     n_params = param_count(cfg).total
     tokens = global_batch * seq_len
     model_flops = flops_per_token(n_params, cfg.n_layers, s, h) * tokens
-    extra = {"none": 0.0, "selective": 4 * cfg.n_layers * s * h,  # attention core forward
-             "full": 2 * n_params + 4 * cfg.n_layers * s * h}  # a whole forward
+    extra = {
+        "none": 0.0,
+        "selective": 4 * cfg.n_layers * s * h,  # attention core forward
+        "full": 2 * n_params + 4 * cfg.n_layers * s * h,
+    }  # a whole forward
     denom = cluster.world * cluster.peak_flops * compute_efficiency
     compute = {rc: (model_flops + x * tokens) / denom for rc, x in extra.items()}
     return compute, flops_per_token(n_params) * tokens
 
 
-def layout_plans(terms: tuple, batch: tuple, cluster: Cluster, global_batch: int, tp: int,
-                 pp: int, dp: int, every_batch: bool) -> list[dict]:
+def layout_plans(
+    terms: tuple,
+    batch: tuple,
+    cluster: Cluster,
+    global_batch: int,
+    tp: int,
+    pp: int,
+    dp: int,
+    every_batch: bool,
+) -> list[dict]:
     """The fields of each candidate of one layout, in ``plan``'s order (ZeRO stage, micro-
     batch, recompute). ``every_batch``: keep micro-batch sizes that do not divide the batch
     (``evaluate``: reported as a problem); ``plan`` skips them."""
@@ -183,29 +240,56 @@ def layout_plans(terms: tuple, batch: tuple, cluster: Cluster, global_batch: int
         n_micro = max(1, global_batch // dpb)
         bubble = (pp - 1) / n_micro
         problems0 = before + batch_problem(global_batch, dp, b) + after
-        active.append((b, n_micro, min(pp, n_micro), logits, tp_ct, bubble,
-                       n_micro * 2 * pp_unit if pp > 1 else 0.0, problems0,
-                       bubble_warning(pp, n_micro, bubble), rows))
+        active.append(
+            (
+                b,
+                n_micro,
+                min(pp, n_micro),
+                logits,
+                tp_ct,
+                bubble,
+                n_micro * 2 * pp_unit if pp > 1 else 0.0,
+                problems0,
+                bubble_warning(pp, n_micro, bubble),
+                rows,
+            )
+        )
     out = []
     for zero, ms, ms_total, ms_gathered, gathered, warn_z in zeros:
-        for b, n_micro, in_flight, logits, tp_ct, bubble, pp_s, problems0, warn_b, rows in \
-                active:
+        for b, n_micro, in_flight, logits, tp_ct, bubble, pp_s, problems0, warn_b, rows in active:
             n_rs, n_ag = _DP_OPS[zero](n_micro)
             dp_s = n_rs * ct_rs + n_ag * ct_ag if dp > 1 else 0.0
             for rc, pl_layers, work, last, n_ar_layers in rows:
                 act = pl_layers * in_flight + work
-                mem = (ms_total + act + logits + gathered if pp == 1
-                       else ms_gathered + max(act, last))
+                mem = (
+                    ms_total + act + logits + gathered if pp == 1 else ms_gathered + max(act, last)
+                )
                 tp_s = n_micro * n_ar_layers * tp_ct if tp > 1 else 0.0
                 c = compute[rc]
                 step = (c + tp_s + pp_s) * (1 + bubble) + dp_s
                 mem_problems, mem_warnings = memory_messages(mem, gpu_mem)
-                out.append({
-                    "dp": dp, "tp": tp, "pp": pp, "zero_stage": zero, "micro_batch": b,
-                    "recompute": rc, "n_micro": n_micro, "model_state": ms,
-                    "activation_bytes": act, "memory_bytes": mem, "gpu_mem_bytes": gpu_mem,
-                    "compute_s": c, "tp_comm_s": tp_s, "pp_comm_s": pp_s, "dp_comm_s": dp_s,
-                    "bubble": bubble, "step_s": step, "mfu": mfu_num / (step * world * peak),
-                    "problems": problems0 + mem_problems,
-                    "warnings": warnings0 + mem_warnings + warn_b + warn_z})
+                out.append(
+                    {
+                        "dp": dp,
+                        "tp": tp,
+                        "pp": pp,
+                        "zero_stage": zero,
+                        "micro_batch": b,
+                        "recompute": rc,
+                        "n_micro": n_micro,
+                        "model_state": ms,
+                        "activation_bytes": act,
+                        "memory_bytes": mem,
+                        "gpu_mem_bytes": gpu_mem,
+                        "compute_s": c,
+                        "tp_comm_s": tp_s,
+                        "pp_comm_s": pp_s,
+                        "dp_comm_s": dp_s,
+                        "bubble": bubble,
+                        "step_s": step,
+                        "mfu": mfu_num / (step * world * peak),
+                        "problems": problems0 + mem_problems,
+                        "warnings": warnings0 + mem_warnings + warn_b + warn_z,
+                    }
+                )
     return out

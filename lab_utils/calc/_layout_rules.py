@@ -2,6 +2,7 @@
 inside DP): the inputs they check alike, the links a collective crosses, the problems and
 warnings they word alike, the verdict a plan carries and how plans are ranked. Labs 08, 09, 12.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -21,11 +22,17 @@ def divisors(n: int) -> list[int]:
 
 def check_search(planner: str, cluster: Cluster, micro_batches: object) -> None:
     """The enumeration's own inputs: micro-batch sizes to try, a world it can enumerate."""
-    sequence("micro_batches", micro_batches, lambda _, mb: pos_int("each micro batch size", mb),
-             min_len=1)
+    sequence(
+        "micro_batches",
+        micro_batches,
+        lambda _, mb: pos_int("each micro batch size", mb),
+        min_len=1,
+    )
     if cluster.world > MAX_WORLD:
-        raise ValueError(f"the cluster has {cluster.world} GPUs; {planner} enumerates layouts "
-                         f"for at most {MAX_WORLD}: use fewer nodes")
+        raise ValueError(
+            f"the cluster has {cluster.world} GPUs; {planner} enumerates layouts "
+            f"for at most {MAX_WORLD}: use fewer nodes"
+        )
 
 
 def link(cluster: Cluster, inter: bool) -> tuple[float, float]:
@@ -38,8 +45,10 @@ def link(cluster: Cluster, inter: bool) -> tuple[float, float]:
 def batch_problem(global_batch: int, dp: int, micro_batch: int) -> tuple[str, ...]:
     if global_batch % (dp * micro_batch) == 0:
         return ()
-    return (f"global batch {global_batch} is not divisible by dp*micro_batch = "
-            f"{dp * micro_batch}; change the batch or the micro-batch size",)
+    return (
+        f"global batch {global_batch} is not divisible by dp*micro_batch = "
+        f"{dp * micro_batch}; change the batch or the micro-batch size",
+    )
 
 
 def memory_messages(mem: float, gpu_mem: float) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -47,8 +56,10 @@ def memory_messages(mem: float, gpu_mem: float) -> tuple[tuple[str, ...], tuple[
     if mem > gpu_mem:
         return (f"needs {fmt_bytes(mem)}{_too_big(gpu_mem)}",), ()
     if mem > 0.9 * gpu_mem:
-        return (), (f"uses {mem / gpu_mem:.0%} of GPU memory: little headroom for "
-                    "fragmentation and temporary buffers",)
+        return (), (
+            f"uses {mem / gpu_mem:.0%} of GPU memory: little headroom for "
+            "fragmentation and temporary buffers",
+        )
     return (), ()
 
 
@@ -59,8 +70,10 @@ def _too_big(gpu_mem: float) -> str:
 
 def bubble_warning(pp: int, n_micro: int, bubble: float) -> tuple[str, ...]:
     if pp > 1 and n_micro < pp:
-        return (f"only {n_micro} micro-batches for {pp} stages: the bubble is {bubble:.0%} of "
-                "compute; use m >= 4p",)
+        return (
+            f"only {n_micro} micro-batches for {pp} stages: the bubble is {bubble:.0%} of "
+            "compute; use m >= 4p",
+        )
     return ()
 
 
@@ -68,9 +81,11 @@ def ranked(plans: Sequence[Any], keep: int, global_batch: int, world: int) -> li
     """Feasible plans fastest first, then infeasible ones least memory first; ``keep`` > 0
     keeps that many. No candidate at all means the batch fits no layout."""
     if not plans:
-        raise ValueError(f"no layout divides the problem: the global batch {global_batch} "
-                         f"must be divisible by dp*micro_batch for some dp dividing {world}; "
-                         f"try a batch that is a multiple of {world}")
+        raise ValueError(
+            f"no layout divides the problem: the global batch {global_batch} "
+            f"must be divisible by dp*micro_batch for some dp dividing {world}; "
+            f"try a batch that is a multiple of {world}"
+        )
     ok = sorted((p for p in plans if p.feasible), key=attrgetter("step_s"))
     bad = sorted((p for p in plans if not p.feasible), key=attrgetter("memory_bytes"))
     out = ok + bad
@@ -96,8 +111,7 @@ class Verdict:
 
     def explain(self) -> str:
         """The summary, OK or NOT FEASIBLE, the plan's figures, its problems and warnings."""
-        lines = [f"{self.summary()}: {'OK' if self.feasible else 'NOT FEASIBLE'}",
-                 *self.details()]
+        lines = [f"{self.summary()}: {'OK' if self.feasible else 'NOT FEASIBLE'}", *self.details()]
         lines += [f"  problem: {p}" for p in self.problems]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)

@@ -1,4 +1,5 @@
 """Ordinary least squares in closed form, shared by two fits (labs 03, 10)."""
+
 from __future__ import annotations
 
 

@@ -14,19 +14,34 @@ their sizes, as the Ultra-Scale Playbook does too.
 Units: BYTES (the formulas already count bytes: 2 per 16-bit value, 1 per mask entry).
 Convert with ``units.GB`` (1e9) or ``units.GiB`` (2**30) and say which when printing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, heads_and_tp, index, int_choice, pos_int,
-                                   sequence_split)
+from lab_utils.calc._check import (
+    boolean,
+    choice,
+    heads_and_tp,
+    index,
+    int_choice,
+    pos_int,
+    sequence_split,
+)
 
 RECOMPUTE = ("none", "selective", "full")
 
 
-def activation_bytes_per_layer(seq_len: int, micro_batch: int, hidden: int, n_heads: int,
-                               tp: int = 1, sequence_parallel: bool = False,
-                               recompute: str = "none", flash_attention: bool = False) -> float:
+def activation_bytes_per_layer(
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    n_heads: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    flash_attention: bool = False,
+) -> float:
     """Bytes of activations ONE transformer layer keeps for the backward pass, per rank.
 
     Korthikanti et al. 2022, Table 2 (per layer):
@@ -59,8 +74,9 @@ def activation_bytes_per_layer(seq_len: int, micro_batch: int, hidden: int, n_he
     return _layer_bytes(s, b, h, a, t, sp, recompute, flash)
 
 
-def _layer_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str,
-                 flash: bool = False) -> float:
+def _layer_bytes(
+    s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: str, flash: bool = False
+) -> float:
     """The Table 2 formula on checked inputs (the planner also prices layouts whose TP does
     not divide the heads, to report them as infeasible with a memory figure)."""
     sbh = s * b * h
@@ -72,8 +88,9 @@ def _layer_bytes(s: int, b: int, h: int, a: int, t: int, sp: bool, recompute: st
     return sbh * (10 + 24 / t + attn_scores)
 
 
-def embedding_activation_bytes(seq_len: int, micro_batch: int, hidden: int, tp: int = 1,
-                               sequence_parallel: bool = False) -> float:
+def embedding_activation_bytes(
+    seq_len: int, micro_batch: int, hidden: int, tp: int = 1, sequence_parallel: bool = False
+) -> float:
     """Bytes the embedding layer keeps for the backward pass per micro-batch: its dropout
     mask, s b h bytes (1 byte per element), sharded by t with sequence parallelism.
 
@@ -89,8 +106,9 @@ def embedding_activation_bytes(seq_len: int, micro_batch: int, hidden: int, tp: 
     return s * b * h / (t if sp else 1)
 
 
-def logits_bytes(seq_len: int, micro_batch: int, vocab_size: int, tp: int = 1,
-                 bytes_per_value: int = 4) -> float:
+def logits_bytes(
+    seq_len: int, micro_batch: int, vocab_size: int, tp: int = 1, bytes_per_value: int = 4
+) -> float:
     """Bytes of the output layer's logits for one micro-batch: s b V values, each
     ``bytes_per_value`` (4: the loss is usually computed in fp32), divided by t when the output
     layer is vocab-parallel (lab 06).
@@ -115,6 +133,7 @@ def in_flight_microbatches(schedule: str, pp: int, n_micro: int, stage: int = 0)
     zero-bubble) are in ``calc.pipeline.peak_in_flight``. Lab 07.
     """
     from lab_utils.calc.pipeline import peak_in_flight
+
     choice("schedule", schedule, ("gpipe", "1f1b"))
     p, m = pos_int("pp", pp), pos_int("n_micro", n_micro)
     index("stage", stage, p, f"pp={p}")
@@ -135,16 +154,28 @@ class ActivationMemory:
 
     @property
     def total(self) -> float:
-        return self.per_layer * self.layers * self.in_flight * self.interleave_factor + \
-            self.embedding
+        return (
+            self.per_layer * self.layers * self.in_flight * self.interleave_factor + self.embedding
+        )
 
 
-def activation_memory(seq_len: int, micro_batch: int, hidden: int, n_heads: int,
-                      n_layers: int, tp: int = 1, pp: int = 1, n_micro: int = 1,
-                      sequence_parallel: bool = False, recompute: str = "none",
-                      schedule: str = "1f1b", stage: int = 0,
-                      virtual_stages: int = 1, flash_attention: bool = False,
-                      embedding: bool = False) -> ActivationMemory:
+def activation_memory(
+    seq_len: int,
+    micro_batch: int,
+    hidden: int,
+    n_heads: int,
+    n_layers: int,
+    tp: int = 1,
+    pp: int = 1,
+    n_micro: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    schedule: str = "1f1b",
+    stage: int = 0,
+    virtual_stages: int = 1,
+    flash_attention: bool = False,
+    embedding: bool = False,
+) -> ActivationMemory:
     """Peak activation bytes on one rank of pipeline stage ``stage``.
 
     total = per_layer(s, b, h, a, t) * (L / p) * in_flight(stage) [* interleave factor]
@@ -161,8 +192,10 @@ def activation_memory(seq_len: int, micro_batch: int, hidden: int, n_heads: int,
     Lab 07 (first-stage memory), lab 08 (planner).
     """
     from lab_utils.calc.pipeline import peak_in_flight
-    per_layer = activation_bytes_per_layer(seq_len, micro_batch, hidden, n_heads, tp,
-                                           sequence_parallel, recompute, flash_attention)
+
+    per_layer = activation_bytes_per_layer(
+        seq_len, micro_batch, hidden, n_heads, tp, sequence_parallel, recompute, flash_attention
+    )
     L, p = pos_int("n_layers", n_layers), pos_int("pp", pp)
     v = pos_int("virtual_stages", virtual_stages)
     with_embedding = boolean("embedding", embedding)
@@ -172,15 +205,27 @@ def activation_memory(seq_len: int, micro_batch: int, hidden: int, n_heads: int,
     factor = 1.0
     if v > 1:
         if schedule != "1f1b":
-            raise ValueError("virtual_stages > 1 means the interleaved 1F1B schedule; use "
-                             "schedule='1f1b' with it, or virtual_stages=1 for GPipe")
+            raise ValueError(
+                "virtual_stages > 1 means the interleaved 1F1B schedule; use "
+                "schedule='1f1b' with it, or virtual_stages=1 for GPipe"
+            )
         if L % (p * v):
-            raise ValueError(f"pp*virtual_stages = {p * v} must divide n_layers={L} so every "
-                             "model chunk gets whole layers")
+            raise ValueError(
+                f"pp*virtual_stages = {p * v} must divide n_layers={L} so every "
+                "model chunk gets whole layers"
+            )
         factor = peak_in_flight("interleaved", p, n_micro, stage, v) / flight
     emb = 0.0
     if with_embedding and stage == 0:
-        emb = embedding_activation_bytes(seq_len, micro_batch, hidden, tp,
-                                         sequence_parallel) * flight * factor
-    return ActivationMemory(per_layer=per_layer, layers=L // p, in_flight=flight,
-                            interleave_factor=factor, embedding=emb)
+        emb = (
+            embedding_activation_bytes(seq_len, micro_batch, hidden, tp, sequence_parallel)
+            * flight
+            * factor
+        )
+    return ActivationMemory(
+        per_layer=per_layer,
+        layers=L // p,
+        in_flight=flight,
+        interleave_factor=factor,
+        embedding=emb,
+    )

@@ -1,17 +1,18 @@
 """How large a batch can get: learning-rate scaling rules and the critical batch size (lab 02).
 
-    lr_for_batch(base_lr, base_batch, batch, "sgd")    linear rule: lr x k (Goyal et al. 2017)
-    lr_for_batch(base_lr, base_batch, batch, "adam")   square-root rule: lr x sqrt(k) (Malladi
-        et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms": the SDE
-        of Adam stays the same when the batch grows k times and the learning rate sqrt(k) times,
-        with 1 - beta scaled by k; both rules hold only below the critical batch)
-    large_batch_tradeoff(batch, critical_batch)        McCandlish et al. 2018 ("An Empirical
-        Model of Large-Batch Training", eq. 2.11-2.12): steps S = S_min (1 + B_crit / B) and
-        examples E = E_min (1 + B / B_crit). Below B_crit doubling the batch almost halves the
-        steps (data parallelism scales); above it, steps barely fall and the examples (compute)
-        grow: more ranks buy little. B_crit is estimated by the gradient noise scale
-        tr(Sigma) / |G|^2 (lab_utils.measure.gradient_noise_scale), which grows as the loss falls.
+lr_for_batch(base_lr, base_batch, batch, "sgd")    linear rule: lr x k (Goyal et al. 2017)
+lr_for_batch(base_lr, base_batch, batch, "adam")   square-root rule: lr x sqrt(k) (Malladi
+    et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms": the SDE
+    of Adam stays the same when the batch grows k times and the learning rate sqrt(k) times,
+    with 1 - beta scaled by k; both rules hold only below the critical batch)
+large_batch_tradeoff(batch, critical_batch)        McCandlish et al. 2018 ("An Empirical
+    Model of Large-Batch Training", eq. 2.11-2.12): steps S = S_min (1 + B_crit / B) and
+    examples E = E_min (1 + B / B_crit). Below B_crit doubling the batch almost halves the
+    steps (data parallelism scales); above it, steps barely fall and the examples (compute)
+    grow: more ranks buy little. B_crit is estimated by the gradient noise scale
+    tr(Sigma) / |G|^2 (lab_utils.measure.gradient_noise_scale), which grows as the loss falls.
 """
+
 from __future__ import annotations
 
 import math

@@ -15,10 +15,11 @@ With the backward costing two forwards, one extra forward is 1/3 more compute pe
 recompute; k = n keeps every layer's input. Lab 02 measures the curve with
 ``torch.utils.checkpoint`` (its k there is the number of BLOCKS PER segment, n / k here).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, isqrt
+from math import ceil
 
 from lab_utils.calc._check import pos_int, pos_num
 
@@ -43,8 +44,9 @@ class CheckpointPlan:
         return self.memory_without / self.memory
 
 
-def checkpoint_segments(n_layers: int, n_segments: int, input_bytes: float = 1.0,
-                        layer_bytes: float = 1.0) -> CheckpointPlan:
+def checkpoint_segments(
+    n_layers: int, n_segments: int, input_bytes: float = 1.0, layer_bytes: float = 1.0
+) -> CheckpointPlan:
     """Memory and recomputation of checkpointing ``n_layers`` in ``n_segments`` segments.
 
     memory = k a + ceil(n/k) A; without checkpointing n A. Recompute: every segment's
@@ -54,8 +56,10 @@ def checkpoint_segments(n_layers: int, n_segments: int, input_bytes: float = 1.0
     n, k = pos_int("n_layers", n_layers), pos_int("n_segments", n_segments)
     a, big_a = pos_num("input_bytes", input_bytes), pos_num("layer_bytes", layer_bytes)
     if k > n:
-        raise ValueError(f"n_segments={k} exceeds n_layers={n}: a segment needs at least one "
-                         f"layer; use n_segments <= {n}")
+        raise ValueError(
+            f"n_segments={k} exceeds n_layers={n}: a segment needs at least one "
+            f"layer; use n_segments <= {n}"
+        )
     seg = ceil(n / k)
     return CheckpointPlan(n, k, seg, k * a + seg * big_a, n * big_a, n, 1 / 3)
 

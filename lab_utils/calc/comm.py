@@ -6,18 +6,34 @@ Conventions:
 * "bytes per rank" counts what one rank SENDS (it receives the same amount in a ring).
 * alpha-beta model (Hockney): sending m bytes costs alpha + m * beta, beta = 1 / bandwidth.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import (boolean, byte_rate, choice, nonneg_num, pos_int, pos_num,
-                                   sequence, sequence_split)
+from lab_utils.calc._check import (
+    boolean,
+    byte_rate,
+    choice,
+    nonneg_num,
+    pos_int,
+    pos_num,
+    sequence,
+    sequence_split,
+)
 from lab_utils.calc._line_fit import line_fit
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
-       "send_recv")
+OPS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send_recv",
+)
 
 
 def ring_bytes_per_rank(op: str, n: int, size_bytes: float) -> float:
@@ -51,8 +67,14 @@ def _log2(n: int) -> int:
     return math.ceil(math.log2(n)) if n > 1 else 0
 
 
-def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
-                    bandwidth_bytes_per_s: float, algorithm: str = "ring") -> float:
+def collective_time(
+    op: str,
+    n: int,
+    size_bytes: float,
+    alpha_s: float,
+    bandwidth_bytes_per_s: float,
+    algorithm: str = "ring",
+) -> float:
     """Alpha-beta time (seconds) of ``op`` over ``n`` ranks; beta = 1/bandwidth.
 
     ring (what NCCL uses for large messages):
@@ -72,8 +94,10 @@ def collective_time(op: str, n: int, size_bytes: float, alpha_s: float,
     choice("op", op, OPS)
     choice("algorithm", algorithm, ("ring", "tree"))
     n, d = pos_int("n", n), nonneg_num("size_bytes", size_bytes)
-    a, beta = nonneg_num("alpha_s", alpha_s), 1 / byte_rate("bandwidth_bytes_per_s",
-                                                         bandwidth_bytes_per_s)
+    a, beta = (
+        nonneg_num("alpha_s", alpha_s),
+        1 / byte_rate("bandwidth_bytes_per_s", bandwidth_bytes_per_s),
+    )
     if op == "send_recv":
         return a + d * beta
     if n == 1:
@@ -99,8 +123,13 @@ def alg_bandwidth(size_bytes: float, time_s: float) -> float:
 
 
 BUSBW_FACTOR_DOC = {
-    "all_reduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "all_gather": "(n-1)/n",
-    "broadcast": "1", "reduce": "1", "all_to_all": "(n-1)/n", "send_recv": "1",
+    "all_reduce": "2(n-1)/n",
+    "reduce_scatter": "(n-1)/n",
+    "all_gather": "(n-1)/n",
+    "broadcast": "1",
+    "reduce": "1",
+    "all_to_all": "(n-1)/n",
+    "send_recv": "1",
 }
 
 
@@ -152,9 +181,16 @@ class TPLayerComm:
     bytes_per_rank: float
 
 
-def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
-                  bytes_per_elem: int = 2, sequence_parallel: bool = False,
-                  backward: bool = True, recompute: str = "none") -> TPLayerComm:
+def tp_layer_comm(
+    micro_batch: int,
+    seq_len: int,
+    hidden: int,
+    tp: int,
+    bytes_per_elem: int = 2,
+    sequence_parallel: bool = False,
+    backward: bool = True,
+    recompute: str = "none",
+) -> TPLayerComm:
     """Megatron TP traffic per layer (Shoeybi et al. 2019, Sec. 3, Fig. 4).
 
     Forward: one all-reduce after attention and one after the MLP (row-parallel outputs),
@@ -164,8 +200,12 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
     same bytes, but activations between them stay sharded. Per rank each all-reduce sends
     2 (t-1)/t * b s h * bytes. Lab 06.
     """
-    b, s, h, t = (pos_int("micro_batch", micro_batch), pos_int("seq_len", seq_len),
-                  pos_int("hidden", hidden), pos_int("tp", tp))
+    b, s, h, t = (
+        pos_int("micro_batch", micro_batch),
+        pos_int("seq_len", seq_len),
+        pos_int("hidden", hidden),
+        pos_int("tp", tp),
+    )
     e = pos_int("bytes_per_elem", bytes_per_elem)
     sequence_parallel = boolean("sequence_parallel", sequence_parallel)
     sequence_split(t, s, sequence_parallel)
@@ -177,17 +217,23 @@ def tp_layer_comm(micro_batch: int, seq_len: int, hidden: int, tp: int,
         ops: tuple[tuple[str, int], ...] = (("all_gather", n_ar), ("reduce_scatter", n_ar))
     else:
         ops = (("all_reduce", n_ar),)
-    return TPLayerComm(ops=ops, message_bytes=msg,
-                       bytes_per_rank=n_ar * ring_bytes_per_rank("all_reduce", t, msg))
+    return TPLayerComm(
+        ops=ops, message_bytes=msg, bytes_per_rank=n_ar * ring_bytes_per_rank("all_reduce", t, msg)
+    )
 
 
-def pp_bytes_per_microbatch(micro_batch: int, seq_len: int, hidden: int,
-                            bytes_per_elem: int = 2) -> float:
+def pp_bytes_per_microbatch(
+    micro_batch: int, seq_len: int, hidden: int, bytes_per_elem: int = 2
+) -> float:
     """Bytes a pipeline stage sends to its neighbour per micro-batch: the b x s x h activation
     forward; the backward sends an activation gradient of the same size the other way.
     Narayanan et al. 2021, Sec. 2.2 (point-to-point between consecutive stages). Lab 07."""
-    return float(pos_int("micro_batch", micro_batch) * pos_int("seq_len", seq_len)
-                 * pos_int("hidden", hidden) * pos_int("bytes_per_elem", bytes_per_elem))
+    return float(
+        pos_int("micro_batch", micro_batch)
+        * pos_int("seq_len", seq_len)
+        * pos_int("hidden", hidden)
+        * pos_int("bytes_per_elem", bytes_per_elem)
+    )
 
 
 @dataclass(frozen=True)
@@ -210,12 +256,15 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float]) -> Al
     Use it on a sweep of message sizes (lab 03): alpha is the latency seen at small
     messages, 1/beta the bandwidth reached at large ones. Ordinary least squares, closed form.
     """
-    xs = sequence("sizes_bytes", sizes_bytes, lambda _, x: nonneg_num("each size in sizes_bytes",
-                                                                      x))
+    xs = sequence(
+        "sizes_bytes", sizes_bytes, lambda _, x: nonneg_num("each size in sizes_bytes", x)
+    )
     ys = sequence("times_s", times_s, lambda _, y: nonneg_num("each time in times_s", y))
     if len(xs) != len(ys):
-        raise ValueError(f"sizes_bytes has {len(xs)} values but times_s has {len(ys)}; "
-                         "pass one time per message size")
+        raise ValueError(
+            f"sizes_bytes has {len(xs)} values but times_s has {len(ys)}; "
+            "pass one time per message size"
+        )
     if len(xs) < 2:
         raise ValueError("need at least 2 (size, time) measurements to fit alpha and beta")
     if len(set(xs)) < 2:
@@ -230,9 +279,16 @@ def _links(intra_alpha_s: float, intra_bw: float, inter_alpha_s: float, inter_bw
     byte_rate("intra_bw", intra_bw), byte_rate("inter_bw", inter_bw)
 
 
-def hierarchical_time(op: str, per_node: int, nodes: int, size_bytes: float,
-                      intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
-                      inter_bw: float) -> float:
+def hierarchical_time(
+    op: str,
+    per_node: int,
+    nodes: int,
+    size_bytes: float,
+    intra_alpha_s: float,
+    intra_bw: float,
+    inter_alpha_s: float,
+    inter_bw: float,
+) -> float:
     """Two-level ring time of ``op`` over ``per_node`` ranks on each of ``nodes`` nodes.
 
         all_reduce      reduce-scatter inside the node (D), all-reduce across nodes on D/k
@@ -265,21 +321,36 @@ def hierarchical_time(op: str, per_node: int, nodes: int, size_bytes: float,
     return collective_time(op, k * m, d, inter_alpha_s, inter_bw)
 
 
-def group_collective_time(op: str, size: int, nodes: int, per_node: int, size_bytes: float,
-                          intra_alpha_s: float, intra_bw: float, inter_alpha_s: float,
-                          inter_bw: float) -> float:
+def group_collective_time(
+    op: str,
+    size: int,
+    nodes: int,
+    per_node: int,
+    size_bytes: float,
+    intra_alpha_s: float,
+    intra_bw: float,
+    inter_alpha_s: float,
+    inter_bw: float,
+) -> float:
     """Time of ``op`` on a group of ``size`` ranks spread over ``nodes`` nodes (at most
     ``per_node`` on one): inside one node, a ring on the intra-node link; one rank per node,
     a ring on the inter-node link; both, the faster of a flat ring at the inter-node link (its
     slowest hop) and ``hierarchical_time`` (as NCCL's tuner picks an algorithm). The emulated
     cluster (``lab_utils.twin``) charges every collective with it. Lab 03."""
-    size, nodes, per_node = (pos_int("size", size), pos_int("nodes", nodes),
-                             pos_int("per_node", per_node))
+    size, nodes, per_node = (
+        pos_int("size", size),
+        pos_int("nodes", nodes),
+        pos_int("per_node", per_node),
+    )
     _links(intra_alpha_s, intra_bw, inter_alpha_s, inter_bw)
     if nodes == 1:
         return collective_time(op, size, size_bytes, intra_alpha_s, intra_bw)
     flat = collective_time(op, size, size_bytes, inter_alpha_s, inter_bw)
     if per_node == 1:
         return flat
-    return min(flat, hierarchical_time(op, per_node, nodes, size_bytes, intra_alpha_s,
-                                       intra_bw, inter_alpha_s, inter_bw))
+    return min(
+        flat,
+        hierarchical_time(
+            op, per_node, nodes, size_bytes, intra_alpha_s, intra_bw, inter_alpha_s, inter_bw
+        ),
+    )

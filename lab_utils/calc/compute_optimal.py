@@ -8,6 +8,7 @@ N = sqrt(C / (6 r)) and D = r N with r = 20. Chinchilla itself: 70B parameters o
 Models trained for cheap inference go far beyond it (Llama 3 405B: 15.6T tokens, ~38 per
 parameter; Llama 3 8B: ~1,900 per parameter): compute-optimal is optimal for TRAINING compute.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,10 @@ def compute_optimal(compute_flops: float, tokens_per_param: float = 20.0) -> Com
     et al. 2022). Lab 10."""
     c = pos_num("compute_flops", compute_flops)
     if c < 1e12:
-        raise ValueError(f"compute_flops={compute_flops:g}: a training budget in FLOPs (e.g. "
-                         "5.76e23 for Chinchilla); below 1e12 is almost surely another unit")
+        raise ValueError(
+            f"compute_flops={compute_flops:g}: a training budget in FLOPs (e.g. "
+            "5.76e23 for Chinchilla); below 1e12 is almost surely another unit"
+        )
     r = pos_num("tokens_per_param", tokens_per_param)
     n = math.sqrt(c / (6 * r))
     return ComputeOptimal(c, r, n, r * n)

@@ -25,6 +25,7 @@ kernel's tiles). Contiguous chunks: rank r scores H (r+1) Tc^2, so rank N-1 work
 rank 0; zig-zag (chunks r and 2N-1-r of 2N): H (2N+1) (T/2N)^2 on every rank; Ulysses: H/N
 heads x N(N+1)/2 blocks of Tc^2 = H (N+1)/2 Tc^2 on every rank, the contiguous mean.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,18 +53,42 @@ class _Shape:
         return self.batch * self.heads * (self.seq_len // self.n) * self.head_dim * self.e
 
 
-def _shape(variant: object, batch: object, heads: object, seq_len: object, head_dim: object,
-           n: object, bytes_per_elem: object, zigzag: object = False) -> _Shape:
+def _shape(
+    variant: object,
+    batch: object,
+    heads: object,
+    seq_len: object,
+    head_dim: object,
+    n: object,
+    bytes_per_elem: object,
+    zigzag: object = False,
+) -> _Shape:
     v = choice("variant", variant, CP_VARIANTS)
-    s = _Shape(v, pos_int("batch", batch), pos_int("heads", heads), pos_int("seq_len", seq_len),
-                pos_int("head_dim", head_dim), pos_int("n", n),
-                pos_int("bytes_per_elem", bytes_per_elem))
+    s = _Shape(
+        v,
+        pos_int("batch", batch),
+        pos_int("heads", heads),
+        pos_int("seq_len", seq_len),
+        pos_int("head_dim", head_dim),
+        pos_int("n", n),
+        pos_int("bytes_per_elem", bytes_per_elem),
+    )
     chunks = 2 * s.n if boolean("zigzag", zigzag) else s.n
-    divides("n" if chunks == s.n else "2n", chunks, "seq_len", s.seq_len,
-            "every rank holds the same number of positions")
+    divides(
+        "n" if chunks == s.n else "2n",
+        chunks,
+        "seq_len",
+        s.seq_len,
+        "every rank holds the same number of positions",
+    )
     if v == "ulysses":
-        divides("n", s.n, "heads", s.heads, "Ulysses gives each rank H/N whole heads (the CP "
-                "degree cannot exceed the head count)")
+        divides(
+            "n",
+            s.n,
+            "heads",
+            s.heads,
+            "Ulysses gives each rank H/N whole heads (the CP degree cannot exceed the head count)",
+        )
     return s
 
 
@@ -73,8 +98,15 @@ class CPBytes:
     backward: int
 
 
-def cp_bytes_per_rank(variant: str, batch: int, heads: int, seq_len: int, head_dim: int,
-                      n: int, bytes_per_elem: int = 4) -> CPBytes:
+def cp_bytes_per_rank(
+    variant: str,
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    n: int,
+    bytes_per_elem: int = 4,
+) -> CPBytes:
     """Bytes one rank sends per attention layer, forward and backward (formulas above).
 
     ring 2(N-1) / 2(2N-1) blk; ulysses 4(N-1)/N blk each way; allgather_kv 2(N-1) blk each
@@ -91,9 +123,18 @@ def cp_bytes_per_rank(variant: str, batch: int, heads: int, seq_len: int, head_d
     return CPBytes(2 * (n - 1) * blk, 2 * (n - 1) * blk)
 
 
-def cp_saved_bytes(variant: str, batch: int, heads: int, seq_len: int, head_dim: int, n: int,
-                   rank: int = 0, causal: bool = True, zigzag: bool = False,
-                   bytes_per_elem: int = 4) -> int:
+def cp_saved_bytes(
+    variant: str,
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    n: int,
+    rank: int = 0,
+    causal: bool = True,
+    zigzag: bool = False,
+    bytes_per_elem: int = 4,
+) -> int:
     """Bytes autograd keeps for backward on ``rank`` (formulas above; lab 08 measures them
     with SavedActivations). allgather_kv keeps the gathered K and V, 2N blk, and on CPU the
     causal mask; ring and Ulysses keep 4 blk + lse. zigzag applies to allgather_kv only."""
@@ -101,8 +142,9 @@ def cp_saved_bytes(variant: str, batch: int, heads: int, seq_len: int, head_dim:
     r = index("rank", rank, s.n, f"n={s.n}")
     causal, zigzag = boolean("causal", causal), boolean("zigzag", zigzag)
     if zigzag and s.variant != "allgather_kv":
-        raise ValueError(f"zigzag=True is modelled for variant='allgather_kv' only, got "
-                         f"variant={s.variant!r}")
+        raise ValueError(
+            f"zigzag=True is modelled for variant='allgather_kv' only, got variant={s.variant!r}"
+        )
     tc = s.seq_len // s.n
     lse = s.batch * s.heads * tc * s.e
     if s.variant != "allgather_kv":
@@ -117,8 +159,9 @@ def cp_saved_bytes(variant: str, batch: int, heads: int, seq_len: int, head_dim:
     return 2 * s.blk + 2 * s.n * s.blk + lse + mask
 
 
-def cp_causal_pairs(variant: str, heads: int, seq_len: int, n: int, rank: int = 0,
-                    zigzag: bool = False) -> int:
+def cp_causal_pairs(
+    variant: str, heads: int, seq_len: int, n: int, rank: int = 0, zigzag: bool = False
+) -> int:
     """Causal (query, key) pairs ``rank`` scores per batch row, in whole blocks not entirely
     in the future: contiguous H (r+1) Tc^2; zig-zag H (2N+1) (T/2N)^2; Ulysses H (N+1)/2 Tc^2
     (above). Lab 08 compares the balance of the variants."""
@@ -128,7 +171,7 @@ def cp_causal_pairs(variant: str, heads: int, seq_len: int, n: int, rank: int = 
     if s.variant == "ulysses":
         if boolean("zigzag", zigzag):
             raise ValueError("zigzag=True does not apply to variant='ulysses' (already balanced)")
-        return s.heads // s.n * s.n * (s.n + 1) // 2 * tc ** 2  # H/N heads, N(N+1)/2 blocks
+        return s.heads // s.n * s.n * (s.n + 1) // 2 * tc**2  # H/N heads, N(N+1)/2 blocks
     if zigzag:
         return s.heads * (2 * s.n + 1) * (tc // 2) ** 2
-    return s.heads * (r + 1) * tc ** 2
+    return s.heads * (r + 1) * tc**2

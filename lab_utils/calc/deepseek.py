@@ -12,6 +12,7 @@ multi-head latent attention (q rank 1536, kv rank 512, head dims 128 + 64 rope, 
 MoE layers with 1 shared + 256 routed experts of FFN 2048, 8 routed per token, vocabulary
 129280, untied head. The multi-token-prediction module (14B more) is left out, as the 671B is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,9 @@ GPUS, PP, EP = 2048, 16, 64
 
 # Sec. 3.3: bf16 weights for compute, fp32 gradients (accumulation) and master weights,
 # AdamW moments stored in bf16: 2 + 4 + 4 + 2 x 2 = 14 bytes per parameter.
-DEEPSEEK_V3_RECIPE = Recipe("deepseek_v3", 2, 4, 4, 4,
-                            "DeepSeek-AI 2024 Sec. 3.3: fp32 master and grads, bf16 moments")
+DEEPSEEK_V3_RECIPE = Recipe(
+    "deepseek_v3", 2, 4, 4, 4, "DeepSeek-AI 2024 Sec. 3.3: fp32 master and grads, bf16 moments"
+)
 
 
 @dataclass(frozen=True)
@@ -51,29 +53,51 @@ class DeepSeekV3Params:
     @property
     def total(self) -> int:
         per_moe = (ROUTED + SHARED) * self.expert + self.router
-        return (LAYERS * (self.attention_per_layer + self.norms_per_layer)
-                + DENSE_LAYERS * self.dense_ffn + self.moe_layers * per_moe
-                + H + self.embedding + self.head)
+        return (
+            LAYERS * (self.attention_per_layer + self.norms_per_layer)
+            + DENSE_LAYERS * self.dense_ffn
+            + self.moe_layers * per_moe
+            + H
+            + self.embedding
+            + self.head
+        )
 
     @property
     def activated(self) -> int:
         """Parameters that do FLOPs for one token: all but the unchosen experts and the input
         embedding (a table lookup, no FLOPs)."""
         per_moe = (ACTIVE + SHARED) * self.expert + self.router
-        return (LAYERS * (self.attention_per_layer + self.norms_per_layer)
-                + DENSE_LAYERS * self.dense_ffn + self.moe_layers * per_moe + H + self.head)
+        return (
+            LAYERS * (self.attention_per_layer + self.norms_per_layer)
+            + DENSE_LAYERS * self.dense_ffn
+            + self.moe_layers * per_moe
+            + H
+            + self.head
+        )
 
 
 def deepseek_v3_params() -> DeepSeekV3Params:
     """Count DeepSeek-V3's parameters from its published shapes (MLA projections with their
     two low-rank norms, SwiGLU experts of three matrices). Lab 09."""
     q_head = D_NOPE + D_ROPE
-    attn = (H * Q_RANK + Q_RANK + Q_RANK * HEADS * q_head      # q down, norm, q up
-            + H * (KV_RANK + D_ROPE) + KV_RANK                  # kv down (+ shared rope key)
-            + KV_RANK * HEADS * (D_NOPE + D_V)                  # k and v up
-            + HEADS * D_V * H)                                  # output projection
-    return DeepSeekV3Params(attn, 3 * H * FFN_DENSE, 3 * H * FFN_EXPERT, ROUTED * H + ROUTED,
-                            2 * H, VOCAB * H, VOCAB * H)
+    attn = (
+        H * Q_RANK
+        + Q_RANK
+        + Q_RANK * HEADS * q_head  # q down, norm, q up
+        + H * (KV_RANK + D_ROPE)
+        + KV_RANK  # kv down (+ shared rope key)
+        + KV_RANK * HEADS * (D_NOPE + D_V)  # k and v up
+        + HEADS * D_V * H
+    )  # output projection
+    return DeepSeekV3Params(
+        attn,
+        3 * H * FFN_DENSE,
+        3 * H * FFN_EXPERT,
+        ROUTED * H + ROUTED,
+        2 * H,
+        VOCAB * H,
+        VOCAB * H,
+    )
 
 
 @dataclass(frozen=True)
@@ -91,16 +115,28 @@ class DeepSeekBudget:
     printed_days_per_trillion: float = 3.7
 
     def __post_init__(self) -> None:
-        fields(self, nonneg_num, ("pretrain_gpu_hours", "context_gpu_hours", "post_gpu_hours",
-                                  "printed_total_gpu_hours", "price_per_gpu_hour",
-                                  "printed_cost", "gpu_hours_per_trillion",
-                                  "printed_days_per_trillion"))
+        fields(
+            self,
+            nonneg_num,
+            (
+                "pretrain_gpu_hours",
+                "context_gpu_hours",
+                "post_gpu_hours",
+                "printed_total_gpu_hours",
+                "price_per_gpu_hour",
+                "printed_cost",
+                "gpu_hours_per_trillion",
+                "printed_days_per_trillion",
+            ),
+        )
         pos_num("DeepSeekBudget.tokens", self.tokens)
         parts = self.total_gpu_hours
         if abs(self.printed_total_gpu_hours - parts) > 0.01 * max(parts, 1.0):
-            raise ValueError(f"DeepSeekBudget.printed_total_gpu_hours="
-                             f"{self.printed_total_gpu_hours:g} is not the sum of its parts "
-                             f"(pre-training + context extension + post-training = {parts:g})")
+            raise ValueError(
+                f"DeepSeekBudget.printed_total_gpu_hours="
+                f"{self.printed_total_gpu_hours:g} is not the sum of its parts "
+                f"(pre-training + context extension + post-training = {parts:g})"
+            )
 
     @property
     def total_gpu_hours(self) -> float:
@@ -117,8 +153,12 @@ class DeepSeekBudget:
     def implied_mfu(self, peak_flops: float = DEVICES["H800-SXM-80GB"].peak_flops) -> float:
         """6 x activated params x tokens / pre-training GPU-hours at ``peak_flops`` (bf16
         dense by default; the FP8 matmuls have twice that peak, so half this MFU)."""
-        return mfu_from_gpu_hours(deepseek_v3_params().activated, self.tokens,
-                                  self.pretrain_gpu_hours, flop_rate("peak_flops", peak_flops))
+        return mfu_from_gpu_hours(
+            deepseek_v3_params().activated,
+            self.tokens,
+            self.pretrain_gpu_hours,
+            flop_rate("peak_flops", peak_flops),
+        )
 
 
 DEEPSEEK_V3 = DeepSeekBudget()
@@ -139,9 +179,12 @@ def deepseek_v3_stage_memory(stage: int) -> tuple[float, float]:
     p = deepseek_v3_params()
     first = sum(4 if i < PP - 3 else 3 for i in range(s))
     layers = range(first, first + (4 if s < PP - 3 else 3))
-    dense = sum(p.attention_per_layer + p.norms_per_layer
-                + (p.dense_ffn if i < DENSE_LAYERS else SHARED * p.expert + p.router)
-                for i in layers)
+    dense = sum(
+        p.attention_per_layer
+        + p.norms_per_layer
+        + (p.dense_ffn if i < DENSE_LAYERS else SHARED * p.expert + p.router)
+        for i in layers
+    )
     dense += p.embedding if s == 0 else 0
     dense += p.head + H if s == PP - 1 else 0
     experts = sum(ROUTED // EP * p.expert for i in layers if i >= DENSE_LAYERS)

@@ -16,6 +16,7 @@ real tokens and N_r = their number:
 
 The per-rank mean is the bug fixed in torchtitan PR #2206 and open-instruct #1728.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,13 +32,16 @@ def reduction_bound(n: int, mant_bits: int = 23) -> float:
     mant_bits = whole("mant_bits", mant_bits, lo=1, hi=112)
     u = 2.0 ** -(mant_bits + 1)
     if n * u >= 1:
-        raise ValueError(f"n={n} terms at mant_bits={mant_bits}: n u >= 1, the bound is void "
-                         "(the sum can lose every digit)")
+        raise ValueError(
+            f"n={n} terms at mant_bits={mant_bits}: n u >= 1, the bound is void "
+            "(the sum can lose every digit)"
+        )
     return n * u / (1 - n * u)
 
 
-def logged_loss(token_sums: Sequence[float], token_counts: Sequence[int],
-                how: str = "global") -> float:
+def logged_loss(
+    token_sums: Sequence[float], token_counts: Sequence[int], how: str = "global"
+) -> float:
     """The loss a data-parallel step logs from each rank's summed per-token loss S_r and count of
     real tokens N_r: "global" sum S / sum N (the one-process loss), "per_rank" mean of S_r / N_r.
     Lab 14."""
@@ -45,13 +49,17 @@ def logged_loss(token_sums: Sequence[float], token_counts: Sequence[int],
     counts = sequence("token_counts", token_counts, nonneg_int, min_len=1)
     how = choice("how", how, ("global", "per_rank"))
     if len(sums) != len(counts):
-        raise ValueError(f"token_sums has {len(sums)} ranks, token_counts {len(counts)}: give "
-                         "one of each per rank")
+        raise ValueError(
+            f"token_sums has {len(sums)} ranks, token_counts {len(counts)}: give "
+            "one of each per rank"
+        )
     if how == "global":
         if sum(counts) == 0:
             raise ValueError("token_counts are all 0: no real token, no loss")
         return sum(sums) / sum(counts)
     if 0 in counts:
-        raise ValueError("token_counts has a rank with 0 real tokens: its per-rank mean is 0/0 "
-                         "(one more reason to use the global mean)")
+        raise ValueError(
+            "token_counts has a rank with 0 real tokens: its per-rank mean is 0/0 "
+            "(one more reason to use the global mean)"
+        )
     return sum(s / c for s, c in zip(sums, counts)) / len(sums)

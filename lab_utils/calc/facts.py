@@ -13,6 +13,7 @@ scans every notebook, card and practice item and fails on a statement that disag
     DeepSeek-V3 model state/GPU   10.8 GB (ZeRO-1, 16 B/param), 27.3 GB without ZeRO (lab 09),
                                   19.4 GB stage 0 with DeepSeek's 14 B/param recipe (lab 08)
 """
+
 from __future__ import annotations
 
 from lab_utils.calc.deepseek import deepseek_v3_stage_memory
@@ -33,26 +34,35 @@ def _deepseek_state_gb() -> tuple[float, ...]:
 SHARED_FACTS: dict[str, dict] = {
     "bf16 stored mantissa bits": {
         "values": (FORMATS["bf16"].mant_bits,),
-        "pattern": r"(?i)bf16[^.\n]{0,80}?\b(\d+) (?:stored )?(?:mantissa bits|bits of mantissa)"},
+        "pattern": r"(?i)bf16[^.\n]{0,80}?\b(\d+) (?:stored )?(?:mantissa bits|bits of mantissa)",
+    },
     "fp16 stored mantissa bits": {
         "values": (FORMATS["fp16"].mant_bits,),
-        "pattern": r"(?i)fp16[^.\n]{0,80}?\b(\d+) (?:stored )?(?:mantissa bits|bits of mantissa)"},
+        "pattern": r"(?i)fp16[^.\n]{0,80}?\b(\d+) (?:stored )?(?:mantissa bits|bits of mantissa)",
+    },
     "E4M3 largest value": {
         "values": (float_format("e4m3").max,),
-        "pattern": r"E4M3[^.\n]{0,60}?\bmax(?:imum)?[^\d{\n]{0,20}([\d,]+)"},
+        "pattern": r"E4M3[^.\n]{0,60}?\bmax(?:imum)?[^\d{\n]{0,20}([\d,]+)",
+    },
     "E5M2 largest value": {
         "values": (float_format("e5m2").max,),
-        "pattern": r"E5M2[^.\n]{0,60}?\bmax(?:imum)?[^\d{\n]{0,20}([\d,]+)"},
-    "bubble over ideal compute": {
-        "label": r"\(p ?[-−] ?1\) ?/ ?m\b", "near": ("ideal",)},
+        "pattern": r"E5M2[^.\n]{0,60}?\bmax(?:imum)?[^\d{\n]{0,20}([\d,]+)",
+    },
+    "bubble over ideal compute": {"label": r"\(p ?[-−] ?1\) ?/ ?m\b", "near": ("ideal",)},
     "bubble over the step": {
-        "label": r"\(p ?[-−] ?1\) ?/ ?\(m ?\+ ?p ?[-−] ?1\)", "near": ("step", "total")},
+        "label": r"\(p ?[-−] ?1\) ?/ ?\(m ?\+ ?p ?[-−] ?1\)",
+        "near": ("step", "total"),
+    },
     "ZeRO-2 bytes need the accumulation caveat": {
         "claim": r"(?i)zero-(?:1/)?2\b|stages 1 and 2",
         "says": r"(?i)no extra (?:bytes|communication)|same bytes|exactly what DDP sends|"
-                r"send what DDP sends|costs no extra",
-        "near": ("accumulat",)},
+        r"send what DDP sends|costs no extra",
+        "near": ("accumulat",),
+    },
     "DeepSeek-V3 model state per GPU (GB)": {
-        "values": _deepseek_state_gb(), "tolerance": 0.6,
-        "pattern": r"model state[^.\n]{0,60}?\b(\d+(?:\.\d+)?) GB", "context": "DeepSeek"},
+        "values": _deepseek_state_gb(),
+        "tolerance": 0.6,
+        "pattern": r"model state[^.\n]{0,60}?\b(\d+(?:\.\d+)?) GB",
+        "context": "DeepSeek",
+    },
 }

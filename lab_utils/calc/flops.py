@@ -14,17 +14,27 @@ tokens, l layers, hidden h, vocabulary V; Narayanan et al. 2021 Sec. 5.1):
     hardware, full        96 B s l h^2 (1 + s/(6h) + V/(16 l h))     (a 4th forward of the
                                                                      layers, not the logits)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (choice, fields, flop_rate, megatron_run, number, pos_int,
-                                   pos_num, text)
+from lab_utils.calc._check import (
+    choice,
+    fields,
+    flop_rate,
+    megatron_run,
+    number,
+    pos_int,
+    pos_num,
+    text,
+)
 from lab_utils.calc.activations import RECOMPUTE
 
 
-def megatron_model_flops(batch: int, seq_len: int, n_layers: int, hidden: int,
-                         vocab_size: int) -> float:
+def megatron_model_flops(
+    batch: int, seq_len: int, n_layers: int, hidden: int, vocab_size: int
+) -> float:
     """Model FLOPs of one iteration: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 
     Forward + backward of every layer and of the logits, no recomputation (Narayanan et al.
@@ -36,8 +46,9 @@ def megatron_model_flops(batch: int, seq_len: int, n_layers: int, hidden: int,
     return 72 * b * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
 
 
-def megatron_hardware_flops(batch: int, seq_len: int, n_layers: int, hidden: int,
-                            vocab_size: int, recompute: str = "none") -> float:
+def megatron_hardware_flops(
+    batch: int, seq_len: int, n_layers: int, hidden: int, vocab_size: int, recompute: str = "none"
+) -> float:
     """FLOPs the GPUs execute in one iteration, recomputation included. The numerator of HFU.
 
         none      = model FLOPs, 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
@@ -69,9 +80,17 @@ class Utilization:
     hfu: float
 
 
-def flops_utilization(batch: int, seq_len: int, n_layers: int, hidden: int, vocab_size: int,
-                      n_gpus: int, step_time_s: float, peak_flops: float,
-                      recompute: str = "none") -> Utilization:
+def flops_utilization(
+    batch: int,
+    seq_len: int,
+    n_layers: int,
+    hidden: int,
+    vocab_size: int,
+    n_gpus: int,
+    step_time_s: float,
+    peak_flops: float,
+    recompute: str = "none",
+) -> Utilization:
     """MFU = model FLOPs / (n_gpus peak step_time); HFU = hardware FLOPs / (same).
 
     Korthikanti et al. 2022, Table 4: GPT-3 175B on 64 A100s (peak 312 TFLOP/s), batch 64,
@@ -80,13 +99,18 @@ def flops_utilization(batch: int, seq_len: int, n_layers: int, hidden: int, voca
     """
     model = megatron_model_flops(batch, seq_len, n_layers, hidden, vocab_size)
     hw = megatron_hardware_flops(batch, seq_len, n_layers, hidden, vocab_size, recompute)
-    capacity = pos_int("n_gpus", n_gpus) * pos_num("step_time_s", step_time_s) * \
-        flop_rate("peak_flops", peak_flops)
+    capacity = (
+        pos_int("n_gpus", n_gpus)
+        * pos_num("step_time_s", step_time_s)
+        * flop_rate("peak_flops", peak_flops)
+    )
     hfu = hw / capacity
     if hfu > 1:
-        raise ValueError(f"HFU = {hfu:.3g} is above 100%: the GPUs cannot execute more than "
-                         "their peak; check step_time_s (seconds per iteration), peak_flops "
-                         "(FLOP/s per GPU, e.g. 312e12) and batch (sequences per iteration)")
+        raise ValueError(
+            f"HFU = {hfu:.3g} is above 100%: the GPUs cannot execute more than "
+            "their peak; check step_time_s (seconds per iteration), peak_flops "
+            "(FLOP/s per GPU, e.g. 312e12) and batch (sequences per iteration)"
+        )
     return Utilization(model, hw, model / capacity, hfu)
 
 
@@ -114,20 +138,26 @@ class KorthikantiRun:
         text("KorthikantiRun.name", self.name)
         megatron_run(self)
         fields(self, pos_num, ("full_recompute_s", "present_work_s"))
-        fields(self, lambda n, v: number(n, v, 0, 100, expected="a percentage in 0..100"),
-               ("mfu_pct", "hfu_pct"))
+        fields(
+            self,
+            lambda n, v: number(n, v, 0, 100, expected="a percentage in 0..100"),
+            ("mfu_pct", "hfu_pct"),
+        )
         if self.mfu_pct > self.hfu_pct:
-            raise ValueError(f"KorthikantiRun.mfu_pct={self.mfu_pct:g} exceeds hfu_pct="
-                             f"{self.hfu_pct:g}: HFU counts the model's FLOPs plus the "
-                             "recomputed ones, so MFU <= HFU")
+            raise ValueError(
+                f"KorthikantiRun.mfu_pct={self.mfu_pct:g} exceeds hfu_pct="
+                f"{self.hfu_pct:g}: HFU counts the model's FLOPs plus the "
+                "recomputed ones, so MFU <= HFU"
+            )
 
     def utilization(self, recompute: str = "selective") -> Utilization:
         """MFU/HFU implied by the printed iteration time ('selective': present work,
         'full': the full-recompute baseline)."""
         choice("recompute", recompute, ("selective", "full"))
         t = self.present_work_s if recompute == "selective" else self.full_recompute_s
-        return flops_utilization(self.batch, 2048, self.n_layers, self.hidden, 51200,
-                                 self.n_gpus, t, 312e12, recompute)
+        return flops_utilization(
+            self.batch, 2048, self.n_layers, self.hidden, 51200, self.n_gpus, t, 312e12, recompute
+        )
 
 
 KORTHIKANTI_TABLE4: tuple[KorthikantiRun, ...] = (
@@ -138,10 +168,12 @@ KORTHIKANTI_TABLE4: tuple[KorthikantiRun, ...] = (
 )
 
 
-def hfu_over_mfu(seq_len: int, hidden: int, n_layers: int, vocab_size: int,
-                 recompute: str) -> float:
+def hfu_over_mfu(
+    seq_len: int, hidden: int, n_layers: int, vocab_size: int, recompute: str
+) -> float:
     """HFU / MFU = hardware FLOPs / model FLOPs (batch cancels): 1 without recomputation,
     ~4/3 with full recomputation (one more forward of the layers), a few % with selective
     recomputation (GPT-3: 1.027). Lab 10."""
-    return (megatron_hardware_flops(1, seq_len, n_layers, hidden, vocab_size, recompute)
-            / megatron_model_flops(1, seq_len, n_layers, hidden, vocab_size))
+    return megatron_hardware_flops(
+        1, seq_len, n_layers, hidden, vocab_size, recompute
+    ) / megatron_model_flops(1, seq_len, n_layers, hidden, vocab_size)

@@ -22,14 +22,23 @@ is so short that every tensor is multiplied by a SCALE before the cast and divid
 
 Pure formulas; the torch side (casts, an emulated matmul) is in experiments/lab02/fp8.py.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from lab_utils.calc._check import (boolean, choice, nonneg_int, nonneg_num, pos_num, sequence,
-                                   text, whole)
+from lab_utils.calc._check import (
+    boolean,
+    choice,
+    nonneg_int,
+    nonneg_num,
+    pos_num,
+    sequence,
+    text,
+    whole,
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class FloatFormat:
     name: str
     exp_bits: int
     mant_bits: int
-    finite_only: bool = False   # e4m3fn: no inf, the top exponent code holds numbers
+    finite_only: bool = False  # e4m3fn: no inf, the top exponent code holds numbers
 
     def __post_init__(self) -> None:
         text("FloatFormat.name", self.name)
@@ -58,7 +67,7 @@ class FloatFormat:
     @property
     def eps(self) -> float:
         """Relative step: the gap between 1.0 and the next representable number."""
-        return 2.0 ** -self.mant_bits
+        return 2.0**-self.mant_bits
 
     @property
     def smallest_normal(self) -> float:
@@ -71,8 +80,8 @@ class FloatFormat:
     @property
     def max(self) -> float:
         if self.finite_only:
-            return (2 - 2.0 ** (1 - self.mant_bits)) * 2.0 ** (2 ** self.exp_bits - 1 - self.bias)
-        return (2 - 2.0 ** -self.mant_bits) * 2.0 ** (2 ** self.exp_bits - 2 - self.bias)
+            return (2 - 2.0 ** (1 - self.mant_bits)) * 2.0 ** (2**self.exp_bits - 1 - self.bias)
+        return (2 - 2.0**-self.mant_bits) * 2.0 ** (2**self.exp_bits - 2 - self.bias)
 
     @property
     def binades(self) -> float:
@@ -80,13 +89,16 @@ class FloatFormat:
         return math.log2(self.max / self.smallest_subnormal)
 
 
-FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
-    FloatFormat("fp32", 8, 23),
-    FloatFormat("fp16", 5, 10),
-    FloatFormat("bf16", 8, 7),
-    FloatFormat("e5m2", 5, 2),
-    FloatFormat("e4m3", 4, 3, finite_only=True),
-)}
+FORMATS: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        FloatFormat("fp32", 8, 23),
+        FloatFormat("fp16", 5, 10),
+        FloatFormat("bf16", 8, 7),
+        FloatFormat("e5m2", 5, 2),
+        FloatFormat("e4m3", 4, 3, finite_only=True),
+    )
+}
 
 
 def float_format(name: str) -> FloatFormat:
@@ -107,7 +119,7 @@ def current_scale(amax: float, fmt_max: float, margin: int = 0) -> float:
     """
     amax, fmt_max = nonneg_num("amax", amax), pos_num("fmt_max", fmt_max)
     margin = nonneg_int("margin", margin)
-    return 1.0 if amax == 0 else fmt_max / amax / 2.0 ** margin
+    return 1.0 if amax == 0 else fmt_max / amax / 2.0**margin
 
 
 def delayed_scale(amax_history: Sequence[float], fmt_max: float, margin: int = 0) -> float:

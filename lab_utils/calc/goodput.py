@@ -25,6 +25,7 @@ Sources: J. W. Young, "A first order approximation to the optimum checkpoint int
 dumps", Future Generation Computer Systems 22(3), 2006. Llama Team, AI @ Meta, "The Llama 3
 Herd of Models", 2024, Sec. 3.3.4 (466 interruptions in 54 days, 419 unexpected).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,9 @@ class InterruptionRecord:
     """A published interruption record: `unexpected` failures in `days` of training."""
 
     name: str
-    days: float             # the length of the record
-    interruptions: int      # every interruption of the job, planned ones included
-    unexpected: int         # the failures: the interruptions nobody planned
+    days: float  # the length of the record
+    interruptions: int  # every interruption of the job, planned ones included
+    unexpected: int  # the failures: the interruptions nobody planned
     gpus: int
     source: str
 
@@ -57,8 +58,10 @@ class InterruptionRecord:
         fields(self, pos_num, ("days",))
         fields(self, pos_int, ("interruptions", "unexpected", "gpus"))
         if self.unexpected > self.interruptions:
-            raise ValueError(f"InterruptionRecord.unexpected={self.unexpected} exceeds "
-                             f"InterruptionRecord.interruptions={self.interruptions}")
+            raise ValueError(
+                f"InterruptionRecord.unexpected={self.unexpected} exceeds "
+                f"InterruptionRecord.interruptions={self.interruptions}"
+            )
 
     @property
     def mtbf_s(self) -> float:
@@ -67,15 +70,24 @@ class InterruptionRecord:
 
 
 LLAMA3_405B = InterruptionRecord(
-    name="Llama 3 405B pre-training", days=54, interruptions=466, unexpected=419, gpus=16384,
+    name="Llama 3 405B pre-training",
+    days=54,
+    interruptions=466,
+    unexpected=419,
+    gpus=16384,
     source="Llama Team, AI @ Meta 2024, 'The Llama 3 Herd of Models', Sec. 3.3.4 and Table 5: "
-           "466 job interruptions in a 54-day snapshot, 47 planned, 419 unexpected; "
-           "more than 90% effective training time")
+    "466 job interruptions in a 54-day snapshot, 47 planned, 419 unexpected; "
+    "more than 90% effective training time",
+)
 
 
 def _inputs(tau: float, delta: float, restart: float, mtbf: float) -> tuple[float, ...]:
-    return (pos_num(TAU, tau), nonneg_num(DELTA, delta), nonneg_num(RESTART, restart),
-            pos_num(MTBF, mtbf))
+    return (
+        pos_num(TAU, tau),
+        nonneg_num(DELTA, delta),
+        nonneg_num(RESTART, restart),
+        pos_num(MTBF, mtbf),
+    )
 
 
 def expected_goodput(tau: float, delta: float, restart: float, mtbf: float) -> float:
@@ -85,7 +97,7 @@ def expected_goodput(tau: float, delta: float, restart: float, mtbf: float) -> f
     counts failures during checkpoints and restarts too. All arguments in seconds."""
     tau, delta, restart, mtbf = _inputs(tau, delta, restart, mtbf)
     x = (tau + delta) / mtbf
-    if x > 700 or restart / mtbf > 700:   # e^x overflows: the job essentially never finishes
+    if x > 700 or restart / mtbf > 700:  # e^x overflows: the job essentially never finishes
         return 0.0
     return tau / (mtbf * math.exp(restart / mtbf) * math.expm1(x))
 
@@ -117,9 +129,9 @@ def daly_interval(delta: float, mtbf: float) -> float:
 class Waste:
     """Where the wall time goes, first order, as fractions of wall time."""
 
-    checkpoints: float      # delta / tau
-    lost_work: float        # (tau + delta) / (2M): half an interval, on average, per failure
-    restarts: float         # R / M
+    checkpoints: float  # delta / tau
+    lost_work: float  # (tau + delta) / (2M): half an interval, on average, per failure
+    restarts: float  # R / M
 
     @property
     def total(self) -> float:
@@ -140,17 +152,18 @@ class Simulated:
     useful_s: float
     failures: int
     checkpoints: int
-    lost_s: float           # computed, then lost to failures
-    restart_s: float        # spent restarting
-    checkpoint_s: float     # spent in checkpoint stalls
+    lost_s: float  # computed, then lost to failures
+    restart_s: float  # spent restarting
+    checkpoint_s: float  # spent in checkpoint stalls
 
     @property
     def goodput(self) -> float:
         return self.useful_s / self.wall_s
 
 
-def simulate(tau: float, delta: float, restart: float, mtbf: float, horizon: float,
-             seed: int = 0) -> Simulated:
+def simulate(
+    tau: float, delta: float, restart: float, mtbf: float, horizon: float, seed: int = 0
+) -> Simulated:
     """Run the job for `horizon` seconds of simulated wall time with injected failures.
 
     Failure times are drawn from an exponential distribution of mean `mtbf` (random.Random(seed):
@@ -165,19 +178,19 @@ def simulate(tau: float, delta: float, restart: float, mtbf: float, horizon: flo
     t, useful, failures, ckpts, lost, restarting, stalled = 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0
     next_failure = rng.expovariate(1 / mtbf)
     while t < horizon:
-        segment = tau + delta                       # compute, then write the checkpoint
+        segment = tau + delta  # compute, then write the checkpoint
         if t + segment <= min(next_failure, horizon):
             t += segment
             useful, ckpts, stalled = useful + tau, ckpts + 1, stalled + delta
             continue
-        if next_failure >= horizon:                 # the horizon ends mid-segment: stop there
+        if next_failure >= horizon:  # the horizon ends mid-segment: stop there
             lost += min(horizon - t, tau)
             t = horizon
             break
-        lost += min(next_failure - t, tau)          # the segment's work is gone
+        lost += min(next_failure - t, tau)  # the segment's work is gone
         stalled += max(0.0, next_failure - t - tau)
         t, failures = next_failure, failures + 1
-        while True:                                 # restart; a failure during it starts it over
+        while True:  # restart; a failure during it starts it over
             next_failure = t + rng.expovariate(1 / mtbf)
             if t + restart <= next_failure:
                 t, restarting = t + restart, restarting + restart

@@ -8,13 +8,28 @@ module derives what the table implies (tokens per batch, MFU = TFLOP/s / 989, to
 GPU, days for 15.6T tokens) and what our calculators say one GPU holds (``layout_memory``).
 DeepSeek-V3's layout is in ``calc.deepseek``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (at_most, boolean, choice, degrees_multiply, divides, fields,
-                                   flop_rate, heads_and_tp, instance, pos_int, pos_num, whole,
-                                   zero_stage as _zero_stage)
+from lab_utils.calc._check import (
+    at_most,
+    boolean,
+    choice,
+    degrees_multiply,
+    divides,
+    fields,
+    flop_rate,
+    heads_and_tp,
+    instance,
+    pos_int,
+    pos_num,
+    whole,
+)
+from lab_utils.calc._check import (
+    zero_stage as _zero_stage,
+)
 from lab_utils.calc.activations import RECOMPUTE, activation_bytes_per_layer
 from lab_utils.calc.hardware import DEVICES
 from lab_utils.calc.memory import ModelStateMemory, model_state_memory, resolve_recipe
@@ -36,11 +51,20 @@ class LayoutMemory:
         return self.model_state.total + self.activations
 
 
-def layout_memory(cfg: ModelConfig, tp: int, pp: int, dp: int, seq_len: int,
-                  micro_batch: int = 1, cp: int = 1, zero_stage: int = 1,
-                  recompute: str = "selective", flash_attention: bool = True,
-                  recipe: str = "mixed_adam", first_stage_layers: int | None = None
-                  ) -> LayoutMemory:
+def layout_memory(
+    cfg: ModelConfig,
+    tp: int,
+    pp: int,
+    dp: int,
+    seq_len: int,
+    micro_batch: int = 1,
+    cp: int = 1,
+    zero_stage: int = 1,
+    recompute: str = "selective",
+    flash_attention: bool = True,
+    recipe: str = "mixed_adam",
+    first_stage_layers: int | None = None,
+) -> LayoutMemory:
     """Memory per GPU of the first pipeline stage of a TP x CP x PP x DP layout.
 
     * parameters: the first stage's layers (``first_stage_layers``, default ceil(L/p)) and
@@ -64,13 +88,17 @@ def layout_memory(cfg: ModelConfig, tp: int, pp: int, dp: int, seq_len: int,
     divides("cp", cp, "seq_len", s, CP_SLICES)
     at_most("pp", pp, "n_layers", cfg.n_layers, "every stage needs a layer")
     default = -(-cfg.n_layers // pp)
-    n_first = default if first_stage_layers is None else whole(
-        "first_stage_layers", first_stage_layers, 1, cfg.n_layers)
+    n_first = (
+        default
+        if first_stage_layers is None
+        else whole("first_stage_layers", first_stage_layers, 1, cfg.n_layers)
+    )
     pc = param_count(cfg)
     params = n_first * pc.per_layer + pc.embedding + (pc.head if pp == 1 else 0)
     state = model_state_memory(params / tp, recipe, zero, dp * cp)
-    per_layer = activation_bytes_per_layer(s // cp, b, cfg.hidden, cfg.n_heads, tp, tp > 1,
-                                           recompute, flash)
+    per_layer = activation_bytes_per_layer(
+        s // cp, b, cfg.hidden, cfg.n_heads, tp, tp > 1, recompute, flash
+    )
     return LayoutMemory(state, per_layer * n_first * pp)
 
 
@@ -90,8 +118,7 @@ class LlamaRun:
 
     def __post_init__(self) -> None:
         fields(self, pos_int, ("gpus", "tp", "cp", "pp", "dp", "seq_len", "batch_per_dp"))
-        degrees_multiply("LlamaRun.gpus", self.gpus, tp=self.tp, cp=self.cp, pp=self.pp,
-                         dp=self.dp)
+        degrees_multiply("LlamaRun.gpus", self.gpus, tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp)
         cfg = PRESETS["llama3.1-405b"]
         heads_and_tp(cfg.hidden, cfg.n_heads, self.tp, cfg.kv_heads)
         at_most("pp", self.pp, "n_layers", cfg.n_layers, "every stage needs a layer")
@@ -99,12 +126,16 @@ class LlamaRun:
         flop_rate("LlamaRun.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
         whole("LlamaRun.mfu_pct", self.mfu_pct, 0, 100)
         if self.implied_mfu > 1:
-            raise ValueError(f"LlamaRun.tflops_per_gpu={self.tflops_per_gpu:g} exceeds the "
-                             "H100's 989 TFLOP/s bf16 peak")
+            raise ValueError(
+                f"LlamaRun.tflops_per_gpu={self.tflops_per_gpu:g} exceeds the "
+                "H100's 989 TFLOP/s bf16 peak"
+            )
         if abs(100 * self.implied_mfu - self.mfu_pct) > 1.5:
-            raise ValueError(f"LlamaRun.mfu_pct={self.mfu_pct} disagrees with tflops_per_gpu="
-                             f"{self.tflops_per_gpu:g}, which is {self.implied_mfu:.1%} of the "
-                             "H100's 989 TFLOP/s; the two must describe the same run")
+            raise ValueError(
+                f"LlamaRun.mfu_pct={self.mfu_pct} disagrees with tflops_per_gpu="
+                f"{self.tflops_per_gpu:g}, which is {self.implied_mfu:.1%} of the "
+                "H100's 989 TFLOP/s; the two must describe the same run"
+            )
 
     @property
     def tokens_per_batch(self) -> int:
@@ -120,8 +151,7 @@ class LlamaRun:
         """Implied throughput: achieved FLOP/s / (6P + 12 L s h) FLOPs per token (PaLM's
         count with its attention term at this row's sequence length)."""
         cfg = PRESETS["llama3.1-405b"]
-        per_token = flops_per_token(param_count(cfg).total, cfg.n_layers, self.seq_len,
-                                    cfg.hidden)
+        per_token = flops_per_token(param_count(cfg).total, cfg.n_layers, self.seq_len, cfg.hidden)
         return self.tflops_per_gpu * 1e12 / per_token
 
     def days_for(self, n_tokens: float = 15.6e12) -> float:
@@ -134,9 +164,17 @@ class LlamaRun:
         gradients and optimizer state, keeps parameters after the forward), selective
         recomputation, FlashAttention, and 7 layers on the first stage (Meta remove one
         layer from the first and last stages: 7 + 14 x 8 + 7 = 126)."""
-        return layout_memory(PRESETS["llama3.1-405b"], self.tp, self.pp, self.dp,
-                             self.seq_len, micro_batch, self.cp, zero_stage=2,
-                             first_stage_layers=7)
+        return layout_memory(
+            PRESETS["llama3.1-405b"],
+            self.tp,
+            self.pp,
+            self.dp,
+            self.seq_len,
+            micro_batch,
+            self.cp,
+            zero_stage=2,
+            first_stage_layers=7,
+        )
 
 
 LLAMA3_405B_TABLE4: tuple[LlamaRun, ...] = (

@@ -15,30 +15,55 @@ DeepSeek-V3 report's 37B matches the count without the input embedding lookup (3
 37.5B): publishers differ, ``count_embedding`` picks.
 Memory: bytes, via ``calc.memory.model_state_memory`` (ZeRO stages, recipes). Pure functions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (at_most, boolean, divides, instance, nonneg_int, pos_int,
-                                   pos_num, text, zero_stage as _zero_stage)
+from lab_utils.calc._check import (
+    at_most,
+    boolean,
+    divides,
+    instance,
+    nonneg_int,
+    pos_int,
+    pos_num,
+    text,
+)
+from lab_utils.calc._check import (
+    zero_stage as _zero_stage,
+)
 from lab_utils.calc.comm import ring_bytes_per_rank
 from lab_utils.calc.memory import Recipe, model_state_memory, resolve_recipe
 
 
-def gqa_attention_params(hidden: int, n_heads: int, n_kv_heads: int | None = None,
-                         head_dim: int | None = None) -> int:
+def gqa_attention_params(
+    hidden: int, n_heads: int, n_kv_heads: int | None = None, head_dim: int | None = None
+) -> int:
     """Q, K, V, O projections without biases: 2 h (a hd) + 2 h (kv hd) (grouped-query
     attention, Ainslie et al. 2023; kv = a is multi-head attention). Lab 09."""
     h, a = pos_int("hidden", hidden), pos_int("n_heads", n_heads)
     kv = pos_int("n_kv_heads", n_kv_heads if n_kv_heads is not None else a)
-    divides("n_kv_heads", kv, "n_heads", a,
-            "grouped-query attention shares each K/V head among as many query heads")
+    divides(
+        "n_kv_heads",
+        kv,
+        "n_heads",
+        a,
+        "grouped-query attention shares each K/V head among as many query heads",
+    )
     hd = pos_int("head_dim", head_dim if head_dim is not None else h // a)
     return 2 * h * a * hd + 2 * h * kv * hd
 
 
-def mla_attention_params(hidden: int, n_heads: int, q_lora_rank: int, kv_lora_rank: int,
-                         qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int) -> int:
+def mla_attention_params(
+    hidden: int,
+    n_heads: int,
+    q_lora_rank: int,
+    kv_lora_rank: int,
+    qk_nope_head_dim: int,
+    qk_rope_head_dim: int,
+    v_head_dim: int,
+) -> int:
     """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, Sec. 2.1; DeepSeek-V3 report
     Sec. 2.1.1): low-rank query and key/value compressions with their RMSNorms, decoupled RoPE
     keys shared by all heads, and the output projection:
@@ -47,8 +72,10 @@ def mla_attention_params(hidden: int, n_heads: int, q_lora_rank: int, kv_lora_ra
         a d_v x h                                                          (output). Lab 09."""
     h, a = pos_int("hidden", hidden), pos_int("n_heads", n_heads)
     ql, kvl = pos_int("q_lora_rank", q_lora_rank), pos_int("kv_lora_rank", kv_lora_rank)
-    dn, dr = pos_int("qk_nope_head_dim", qk_nope_head_dim), pos_int("qk_rope_head_dim",
-                                                                    qk_rope_head_dim)
+    dn, dr = (
+        pos_int("qk_nope_head_dim", qk_nope_head_dim),
+        pos_int("qk_rope_head_dim", qk_rope_head_dim),
+    )
     dv = pos_int("v_head_dim", v_head_dim)
     q = h * ql + ql + ql * a * (dn + dr)
     kv = h * (kvl + dr) + kvl + kvl * a * (dn + dv)
@@ -73,8 +100,8 @@ class MoEConfig:
     n_shared_experts: int = 0
     n_dense_layers: int = 0
     dense_ffn: int = 0
-    gated: bool = True              # SwiGLU: 3 matrices per expert (gate, up, down); else 2
-    router_bias: bool = False       # DeepSeek-V3 keeps one balancing bias per expert
+    gated: bool = True  # SwiGLU: 3 matrices per expert (gate, up, down); else 2
+    router_bias: bool = False  # DeepSeek-V3 keeps one balancing bias per expert
     tied_embeddings: bool = False
     source: str = ""
 
@@ -83,8 +110,15 @@ class MoEConfig:
         text("MoEConfig.source", self.source)
         for f in ("gated", "router_bias", "tied_embeddings"):
             boolean(f"MoEConfig.{f}", getattr(self, f))
-        for f in ("vocab_size", "hidden", "n_layers", "attention_params", "n_experts", "top_k",
-                  "expert_ffn"):
+        for f in (
+            "vocab_size",
+            "hidden",
+            "n_layers",
+            "attention_params",
+            "n_experts",
+            "top_k",
+            "expert_ffn",
+        ):
             pos_int(f"MoEConfig.{f}", getattr(self, f))
         for f in ("n_shared_experts", "n_dense_layers", "dense_ffn"):
             nonneg_int(f"MoEConfig.{f}", getattr(self, f))
@@ -119,8 +153,16 @@ class MoEParamCount:
 
     @property
     def total(self) -> int:
-        return (self.embedding + self.head + self.attention + self.norms + self.dense_mlp
-                + self.shared_experts + self.routed_experts + self.router)
+        return (
+            self.embedding
+            + self.head
+            + self.attention
+            + self.norms
+            + self.dense_mlp
+            + self.shared_experts
+            + self.routed_experts
+            + self.router
+        )
 
     @property
     def non_expert(self) -> int:
@@ -146,31 +188,52 @@ def moe_param_count(cfg: MoEConfig) -> MoEParamCount:
     expert = n_mats * h * cfg.expert_ffn
     moe = cfg.n_moe_layers
     return MoEParamCount(
-        embedding=cfg.vocab_size * h, head=0 if cfg.tied_embeddings else cfg.vocab_size * h,
-        attention=cfg.n_layers * cfg.attention_params, norms=(2 * cfg.n_layers + 1) * h,
+        embedding=cfg.vocab_size * h,
+        head=0 if cfg.tied_embeddings else cfg.vocab_size * h,
+        attention=cfg.n_layers * cfg.attention_params,
+        norms=(2 * cfg.n_layers + 1) * h,
         dense_mlp=cfg.n_dense_layers * n_mats * h * cfg.dense_ffn,
         shared_experts=moe * cfg.n_shared_experts * expert,
         routed_experts=moe * cfg.n_experts * expert,
         router=moe * cfg.n_experts * (h + (1 if cfg.router_bias else 0)),
-        expert_size=expert, n_moe_layers=moe, top_k=cfg.top_k)
+        expert_size=expert,
+        n_moe_layers=moe,
+        top_k=cfg.top_k,
+    )
 
 
 # Published configurations (sizes from each release's config.json / paper).
 MOE_PRESETS: dict[str, MoEConfig] = {
     "mixtral-8x7b": MoEConfig(
-        name="mixtral-8x7b", vocab_size=32000, hidden=4096, n_layers=32,
-        attention_params=gqa_attention_params(4096, 32, 8), n_experts=8, top_k=2,
-        expert_ffn=14336, source="Jiang et al. 2024, 'Mixtral of Experts' (arXiv 2401.04088), "
-                                 "Table 1; Mistral AI 2023 release note: 46.7B total, 12.9B "
-                                 "active per token"),
+        name="mixtral-8x7b",
+        vocab_size=32000,
+        hidden=4096,
+        n_layers=32,
+        attention_params=gqa_attention_params(4096, 32, 8),
+        n_experts=8,
+        top_k=2,
+        expert_ffn=14336,
+        source="Jiang et al. 2024, 'Mixtral of Experts' (arXiv 2401.04088), "
+        "Table 1; Mistral AI 2023 release note: 46.7B total, 12.9B "
+        "active per token",
+    ),
     "deepseek-v3": MoEConfig(
-        name="deepseek-v3", vocab_size=129280, hidden=7168, n_layers=61,
+        name="deepseek-v3",
+        vocab_size=129280,
+        hidden=7168,
+        n_layers=61,
         attention_params=mla_attention_params(7168, 128, 1536, 512, 128, 64, 128),
-        n_experts=256, top_k=8, expert_ffn=2048, n_shared_experts=1, n_dense_layers=3,
-        dense_ffn=18432, router_bias=True,
+        n_experts=256,
+        top_k=8,
+        expert_ffn=2048,
+        n_shared_experts=1,
+        n_dense_layers=3,
+        dense_ffn=18432,
+        router_bias=True,
         source="DeepSeek-AI 2024, 'DeepSeek-V3 Technical Report' (arXiv 2412.19437), Sec. 4.2: "
-               "671B total, 37B activated per token (the 14B multi-token-prediction module "
-               "is not counted)"),
+        "671B total, 37B activated per token (the 14B multi-token-prediction module "
+        "is not counted)",
+    ),
 }
 # name -> (published total, published active, does the published active count the embedding?)
 MOE_PUBLISHED: dict[str, tuple[float, float, bool]] = {
@@ -188,8 +251,8 @@ DEEPSEEK_V3_LAYOUT = {"pp": 16, "ep": 64, "dp": 2, "zero_stage": 1}
 class MoEMemory:
     """Model-state bytes on ONE rank, split into the routed experts it holds and the rest."""
 
-    expert_params: float      # routed-expert parameters on this rank
-    dense_params: float       # everything else on this rank (replicated over EP)
+    expert_params: float  # routed-expert parameters on this rank
+    dense_params: float  # everything else on this rank (replicated over EP)
     expert_bytes: float
     dense_bytes: float
 
@@ -198,8 +261,14 @@ class MoEMemory:
         return self.expert_bytes + self.dense_bytes
 
 
-def moe_memory_per_rank(cfg: MoEConfig, ep: int, dp: int = 1, pp: int = 1,
-                        zero_stage: int = 0, recipe: str | Recipe = "mixed_adam") -> MoEMemory:
+def moe_memory_per_rank(
+    cfg: MoEConfig,
+    ep: int,
+    dp: int = 1,
+    pp: int = 1,
+    zero_stage: int = 0,
+    recipe: str | Recipe = "mixed_adam",
+) -> MoEMemory:
     """Model state per rank on ep x dp x pp ranks (no TP), layers split evenly over pp stages.
 
     Within a stage, rank (d, e) holds routed experts [e E/ep, (e+1) E/ep) of each of its layers,
@@ -216,15 +285,21 @@ def moe_memory_per_rank(cfg: MoEConfig, ep: int, dp: int = 1, pp: int = 1,
     zero_stage = _zero_stage(zero_stage)
     recipe = resolve_recipe(recipe)
     if cfg.n_experts % ep:
-        raise ValueError(f"{cfg.n_experts} experts cannot be split evenly over ep={ep} ranks: "
-                         "pick an ep that divides the number of experts")
+        raise ValueError(
+            f"{cfg.n_experts} experts cannot be split evenly over ep={ep} ranks: "
+            "pick an ep that divides the number of experts"
+        )
     count = moe_param_count(cfg)
     expert_here = count.routed_experts / (ep * pp)
     dense_here = count.non_expert / pp
     expert = model_state_memory(expert_here, recipe, zero_stage, dp=dp)
     dense = model_state_memory(dense_here, recipe, zero_stage, dp=ep * dp)
-    return MoEMemory(expert_params=expert_here, dense_params=dense_here,
-                     expert_bytes=expert.total, dense_bytes=dense.total)
+    return MoEMemory(
+        expert_params=expert_here,
+        dense_params=dense_here,
+        expert_bytes=expert.total,
+        dense_bytes=dense.total,
+    )
 
 
 @dataclass(frozen=True)
@@ -233,7 +308,7 @@ class AllToAllVolume:
 
     dispatch: float
     combine: float
-    rows_per_rank: float       # rows in this rank's dispatch buffer (T k, or padded)
+    rows_per_rank: float  # rows in this rank's dispatch buffer (T k, or padded)
     inter_node_fraction: float
 
     @property
@@ -246,10 +321,16 @@ class AllToAllVolume:
         return 2 * self.forward
 
 
-def all_to_all_bytes_per_layer(tokens_per_rank: int, hidden: int, top_k: int, ep: int,
-                               dispatch_bytes: float = 2, combine_bytes: float = 2,
-                               padded_capacity_factor: float | None = None,
-                               gpus_per_node: int = 8) -> AllToAllVolume:
+def all_to_all_bytes_per_layer(
+    tokens_per_rank: int,
+    hidden: int,
+    top_k: int,
+    ep: int,
+    dispatch_bytes: float = 2,
+    combine_bytes: float = 2,
+    padded_capacity_factor: float | None = None,
+    gpus_per_node: int = 8,
+) -> AllToAllVolume:
     """Expert-parallel traffic of one MoE layer, per rank, under UNIFORM routing.
 
     A rank's T tokens make T k rows of h values; (ep-1)/ep of them go to other ranks in the
@@ -267,9 +348,20 @@ def all_to_all_bytes_per_layer(tokens_per_rank: int, hidden: int, top_k: int, ep
     g = pos_int("gpus_per_node", gpus_per_node)
     dispatch_bytes = pos_num("dispatch_bytes", dispatch_bytes)
     combine_bytes = pos_num("combine_bytes", combine_bytes)
-    rows = t * k * (pos_num("padded_capacity_factor", padded_capacity_factor)
-                    if padded_capacity_factor is not None else 1)
+    rows = (
+        t
+        * k
+        * (
+            pos_num("padded_capacity_factor", padded_capacity_factor)
+            if padded_capacity_factor is not None
+            else 1
+        )
+    )
     send = lambda b: ring_bytes_per_rank("all_to_all", ep, rows * h * b)  # noqa: E731
     inter = max(0, ep - g) / (ep - 1) if ep > 1 else 0.0
-    return AllToAllVolume(dispatch=send(dispatch_bytes), combine=send(combine_bytes),
-                          rows_per_rank=rows, inter_node_fraction=inter)
+    return AllToAllVolume(
+        dispatch=send(dispatch_bytes),
+        combine=send(combine_bytes),
+        rows_per_rank=rows,
+        inter_node_fraction=inter,
+    )

@@ -25,21 +25,46 @@ hides nearly all its all-to-alls; ``a2a_overlap=1`` models that); uniform routin
 node-limited routing); expert GEMMs as efficient at any ep (fewer tokens per expert at
 small ep would make them slower in practice).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import ceil
 
-from lab_utils.calc._check import choice, instance, nonneg_int, number, pos_int, pos_num, \
-    sequence, zero_stage as _zero_stage
-from lab_utils.calc._layout_rules import (Verdict, batch_problem, bubble_warning, check_search,
-                                          divisors, link, memory_messages, ranked)
+from lab_utils.calc._check import (
+    choice,
+    instance,
+    nonneg_int,
+    number,
+    pos_int,
+    pos_num,
+    sequence,
+)
+from lab_utils.calc._check import (
+    zero_stage as _zero_stage,
+)
+from lab_utils.calc._layout_rules import (
+    Verdict,
+    batch_problem,
+    bubble_warning,
+    check_search,
+    divisors,
+    link,
+    memory_messages,
+    ranked,
+)
 from lab_utils.calc.activations import activation_bytes_per_layer
 from lab_utils.calc.comm import collective_time, pp_bytes_per_microbatch
 from lab_utils.calc.hardware import DEVICES, Cluster
 from lab_utils.calc.memory import Recipe, resolve_recipe
-from lab_utils.calc.moe import (AllToAllVolume, MoEConfig, MoEMemory, all_to_all_bytes_per_layer,
-                                moe_memory_per_rank, moe_param_count)
+from lab_utils.calc.moe import (
+    AllToAllVolume,
+    MoEConfig,
+    MoEMemory,
+    all_to_all_bytes_per_layer,
+    moe_memory_per_rank,
+    moe_param_count,
+)
 from lab_utils.calc.pipeline import bubble
 from lab_utils.calc.units import fmt_bytes
 
@@ -59,16 +84,16 @@ class MoEPlan(Verdict):
     micro_batch: int
     recompute: str
     n_micro: int
-    model_state: MoEMemory | None   # None when ep does not divide the experts
+    model_state: MoEMemory | None  # None when ep does not divide the experts
     activation_bytes: float
     memory_bytes: float
     gpu_mem_bytes: float
     compute_s: float
-    a2a_s: float                    # all-to-alls of every MoE layer of the fullest stage
-    a2a_per_layer: AllToAllVolume   # bytes one rank sends per MoE layer per micro-batch
+    a2a_s: float  # all-to-alls of every MoE layer of the fullest stage
+    a2a_per_layer: AllToAllVolume  # bytes one rank sends per MoE layer per micro-batch
     pp_comm_s: float
     dp_comm_s: float
-    bubble: float                   # idle / ideal compute, (p-1)/m
+    bubble: float  # idle / ideal compute, (p-1)/m
     step_s: float
     problems: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -83,17 +108,21 @@ class MoEPlan(Verdict):
         return self.dp // self.ep
 
     def summary(self) -> str:
-        return (f"PP={self.pp} DP={self.dp} (EP={self.ep} x {self.expert_replicas} replicas) "
-                f"TP=1 ZeRO-{self.zero_stage} mb={self.micro_batch} recompute={self.recompute}")
+        return (
+            f"PP={self.pp} DP={self.dp} (EP={self.ep} x {self.expert_replicas} replicas) "
+            f"TP=1 ZeRO-{self.zero_stage} mb={self.micro_batch} recompute={self.recompute}"
+        )
 
     def details(self) -> list[str]:
         """Memory and time, term by term (``explain`` prints them)."""
         mem = fmt_bytes(self.memory_bytes) if self.model_state else "? (experts do not split)"
-        return [f"  memory/GPU {mem} of {fmt_bytes(self.gpu_mem_bytes)} (activations "
-                f"{fmt_bytes(self.activation_bytes)})",
-                f"  step ~{self.step_s:.2f} s: compute {self.compute_s:.2f}, all-to-all "
-                f"{self.a2a_s:.2f} (before overlap), PP {self.pp_comm_s:.3f}, bubble "
-                f"{self.bubble:.1%}, DP {self.dp_comm_s:.2f}; {self.n_micro} micro-batches"]
+        return [
+            f"  memory/GPU {mem} of {fmt_bytes(self.gpu_mem_bytes)} (activations "
+            f"{fmt_bytes(self.activation_bytes)})",
+            f"  step ~{self.step_s:.2f} s: compute {self.compute_s:.2f}, all-to-all "
+            f"{self.a2a_s:.2f} (before overlap), PP {self.pp_comm_s:.3f}, bubble "
+            f"{self.bubble:.1%}, DP {self.dp_comm_s:.2f}; {self.n_micro} micro-batches",
+        ]
 
 
 def h800_cluster(n_nodes: int = 256) -> Cluster:
@@ -109,13 +138,22 @@ def _zero_0_or_1(value: object) -> int:
     """A ZeRO stage this planner models: 0 or 1 (with PP, ZeRO-2/3 re-sync every micro-batch)."""
     stage = _zero_stage(value)
     if stage > 1:
-        raise ValueError(f"zero_stage must be 0 or 1 here (ZeRO-1 or plain DP), got {stage}: "
-                         "with PP, ZeRO-2/3 would re-sync gradients every micro-batch")
+        raise ValueError(
+            f"zero_stage must be 0 or 1 here (ZeRO-1 or plain DP), got {stage}: "
+            "with PP, ZeRO-2/3 would re-sync gradients every micro-batch"
+        )
     return stage
 
 
-def _activations(cfg: MoEConfig, seq_len: int, micro_batch: int, recompute: str,
-                 layers: int, moe_layers: int, in_flight: int) -> float:
+def _activations(
+    cfg: MoEConfig,
+    seq_len: int,
+    micro_batch: int,
+    recompute: str,
+    layers: int,
+    moe_layers: int,
+    in_flight: int,
+) -> float:
     """Activation bytes on the fullest stage, a rough 16-bit estimate.
 
     Per layer and micro-batch, with ``selective``: Korthikanti et al. 2022's 34 s b h (no
@@ -136,11 +174,23 @@ def _activations(cfg: MoEConfig, seq_len: int, micro_batch: int, recompute: str,
     return (base * layers + rows * moe_layers) * in_flight
 
 
-def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: int, pp: int,
-                 dp: int, ep: int, zero_stage: int = 1, micro_batch: int = 1,
-                 recompute: str = "full", recipe: str | Recipe = "mixed_adam",
-                 compute_efficiency: float = 0.4, dispatch_bytes: float = 2,
-                 combine_bytes: float = 2, a2a_overlap: float = 0.0) -> MoEPlan:
+def evaluate_moe(
+    cfg: MoEConfig,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    pp: int,
+    dp: int,
+    ep: int,
+    zero_stage: int = 1,
+    micro_batch: int = 1,
+    recompute: str = "full",
+    recipe: str | Recipe = "mixed_adam",
+    compute_efficiency: float = 0.4,
+    dispatch_bytes: float = 2,
+    combine_bytes: float = 2,
+    a2a_overlap: float = 0.0,
+) -> MoEPlan:
     """Memory, time and feasibility of ONE MoE layout, by the module docstring's formulas.
 
     ``compute_efficiency`` is the assumed MFU of the compute alone (0.4 by default; DeepSeek's
@@ -162,34 +212,45 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     micro_batch = pos_int("micro_batch", micro_batch)
     recompute = choice("recompute", recompute, MOE_RECOMPUTE)
     recipe = resolve_recipe(recipe)
-    compute_efficiency = number("compute_efficiency", compute_efficiency, 0, 1, lo_open=True,
-                                expected="a fraction in (0, 1] of the peak FLOP/s")
+    compute_efficiency = number(
+        "compute_efficiency",
+        compute_efficiency,
+        0,
+        1,
+        lo_open=True,
+        expected="a fraction in (0, 1] of the peak FLOP/s",
+    )
     dispatch_bytes = pos_num("dispatch_bytes", dispatch_bytes)
     combine_bytes = pos_num("combine_bytes", combine_bytes)
     a2a_overlap = number("a2a_overlap", a2a_overlap, 0, 1, expected="a fraction in [0, 1]")
     problems, warnings = [], []
     world, gpn = cluster.world, cluster.gpus_per_node
     if pp * dp != world:
-        problems.append(f"pp*dp = {pp}*{dp} = {pp * dp} but the cluster has {world} GPUs "
-                        "(tp = 1 here); the degrees must multiply to the world size")
+        problems.append(
+            f"pp*dp = {pp}*{dp} = {pp * dp} but the cluster has {world} GPUs "
+            "(tp = 1 here); the degrees must multiply to the world size"
+        )
     if dp % ep:
-        problems.append(f"EP={ep} does not divide DP={dp}: the experts are split over ep ranks "
-                        "INSIDE the data-parallel group, so ep must divide dp")
+        problems.append(
+            f"EP={ep} does not divide DP={dp}: the experts are split over ep ranks "
+            "INSIDE the data-parallel group, so ep must divide dp"
+        )
     if cfg.n_experts % ep:
-        problems.append(f"EP={ep} does not divide the {cfg.n_experts} routed experts: each EP "
-                        f"rank must hold the same number of whole experts")
+        problems.append(
+            f"EP={ep} does not divide the {cfg.n_experts} routed experts: each EP "
+            f"rank must hold the same number of whole experts"
+        )
     if pp > cfg.n_layers:
         problems.append(f"PP={pp} exceeds the {cfg.n_layers} layers: some stage would be empty")
     problems += batch_problem(global_batch, dp, micro_batch)
     n_micro = max(1, global_batch // (dp * micro_batch))
-    layers = ceil(cfg.n_layers / pp)                      # the fullest stage
+    layers = ceil(cfg.n_layers / pp)  # the fullest stage
     moe_layers = min(layers, ceil(cfg.n_moe_layers / pp))
 
     # --- memory: model state as moe_memory_per_rank splits it, plus activations
     divisible = not (dp % ep or cfg.n_experts % ep)
     state = moe_memory_per_rank(cfg, ep, dp // ep, pp, zero_stage, recipe) if divisible else None
-    act = _activations(cfg, seq_len, micro_batch, recompute, layers, moe_layers,
-                       min(pp, n_micro))
+    act = _activations(cfg, seq_len, micro_batch, recompute, layers, moe_layers, min(pp, n_micro))
     mem = (state.total if state else float("inf")) + act  # inf: no even split
     if state:
         mem_problems, mem_warnings = memory_messages(mem, cluster.gpu_mem_bytes)
@@ -201,16 +262,27 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     tokens = global_batch * seq_len
     flops = (8 if recompute == "full" else 6) * count.active(count_embedding=False) * tokens
     compute = flops / (world * cluster.peak_flops * compute_efficiency)
-    vol = all_to_all_bytes_per_layer(seq_len * micro_batch, cfg.hidden, cfg.top_k, ep,
-                                     dispatch_bytes, combine_bytes, gpus_per_node=gpn)
-    one = sum(_a2a_time(cluster, ep, vol.rows_per_rank * cfg.hidden * nbytes,
-                        vol.inter_node_fraction) for nbytes in (dispatch_bytes, combine_bytes))
-    passes = 3 if recompute == "full" else 2              # forward, (recomputed forward,) backward
+    vol = all_to_all_bytes_per_layer(
+        seq_len * micro_batch,
+        cfg.hidden,
+        cfg.top_k,
+        ep,
+        dispatch_bytes,
+        combine_bytes,
+        gpus_per_node=gpn,
+    )
+    one = sum(
+        _a2a_time(cluster, ep, vol.rows_per_rank * cfg.hidden * nbytes, vol.inter_node_fraction)
+        for nbytes in (dispatch_bytes, combine_bytes)
+    )
+    passes = 3 if recompute == "full" else 2  # forward, (recomputed forward,) backward
     a2a = n_micro * moe_layers * passes * one
     if ep > gpn:
-        warnings.append(f"EP={ep} spans {ceil(ep / gpn)} nodes: {vol.inter_node_fraction:.0%} of "
-                        "each all-to-all crosses the inter-node network, every MoE layer")
-    bw, lat = link(cluster, cluster.n_nodes > 1)        # some stage boundary crosses nodes
+        warnings.append(
+            f"EP={ep} spans {ceil(ep / gpn)} nodes: {vol.inter_node_fraction:.0%} of "
+            "each all-to-all crosses the inter-node network, every MoE layer"
+        )
+    bw, lat = link(cluster, cluster.n_nodes > 1)  # some stage boundary crosses nodes
     pp_s = 0.0
     if pp > 1:
         msg = pp_bytes_per_microbatch(micro_batch, seq_len, cfg.hidden)
@@ -218,15 +290,35 @@ def evaluate_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: i
     bw, lat = link(cluster, dp > gpn)
     dense_grads = 2 * count.non_expert / pp
     expert_grads = 2 * count.routed_experts / (ep * pp)
-    dp_s = (collective_time("all_reduce", dp, dense_grads, lat, bw)
-            + collective_time("all_reduce", max(1, dp // ep), expert_grads, lat, bw))
+    dp_s = collective_time("all_reduce", dp, dense_grads, lat, bw) + collective_time(
+        "all_reduce", max(1, dp // ep), expert_grads, lat, bw
+    )
     bub = bubble("1f1b", pp, n_micro).of_ideal
     warnings += bubble_warning(pp, n_micro, bub)
-    exposed = a2a - min(a2a_overlap * a2a, compute)      # only compute can hide it
+    exposed = a2a - min(a2a_overlap * a2a, compute)  # only compute can hide it
     step = (compute + exposed + pp_s) * (1 + bub) + dp_s
-    return MoEPlan(pp, dp, ep, zero_stage, micro_batch, recompute, n_micro, state, act, mem,
-                   cluster.gpu_mem_bytes, compute, a2a, vol, pp_s, dp_s, bub, step,
-                   tuple(problems), tuple(warnings))
+    return MoEPlan(
+        pp,
+        dp,
+        ep,
+        zero_stage,
+        micro_batch,
+        recompute,
+        n_micro,
+        state,
+        act,
+        mem,
+        cluster.gpu_mem_bytes,
+        compute,
+        a2a,
+        vol,
+        pp_s,
+        dp_s,
+        bub,
+        step,
+        tuple(problems),
+        tuple(warnings),
+    )
 
 
 def _a2a_time(cluster: Cluster, ep: int, size_bytes: float, inter_fraction: float) -> float:
@@ -239,12 +331,21 @@ def _a2a_time(cluster: Cluster, ep: int, size_bytes: float, inter_fraction: floa
     return collective_time("all_to_all", ep, size_bytes, lat, bw)
 
 
-def plan_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: int,
-             micro_batches: tuple[int, ...] = (1, 2, 4), zero_stages: tuple[int, ...] = (0, 1),
-             recomputes: tuple[str, ...] = MOE_RECOMPUTE, recipe: str | Recipe = "mixed_adam",
-             compute_efficiency: float = 0.4, dispatch_bytes: float = 2,
-             combine_bytes: float = 2, a2a_overlap: float = 0.0,
-             n_best: int = 0) -> list[MoEPlan]:
+def plan_moe(
+    cfg: MoEConfig,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    micro_batches: tuple[int, ...] = (1, 2, 4),
+    zero_stages: tuple[int, ...] = (0, 1),
+    recomputes: tuple[str, ...] = MOE_RECOMPUTE,
+    recipe: str | Recipe = "mixed_adam",
+    compute_efficiency: float = 0.4,
+    dispatch_bytes: float = 2,
+    combine_bytes: float = 2,
+    a2a_overlap: float = 0.0,
+    n_best: int = 0,
+) -> list[MoEPlan]:
     """Enumerate (pp, ep, zero_stage, micro_batch, recompute) with pp | world, dp = world / pp,
     ep | dp and ep | n_experts, pp <= n_layers, dp * micro_batch | global_batch; evaluate
     each with ``evaluate_moe`` (tp = 1: no tensor parallelism, as DeepSeek-V3); return the
@@ -257,15 +358,33 @@ def plan_moe(cfg: MoEConfig, cluster: Cluster, global_batch: int, seq_len: int,
     n_best = nonneg_int("n_best", n_best)
     check_search("plan_moe", cluster, micro_batches)
     sequence("zero_stages", zero_stages, lambda _, z: _zero_0_or_1(z), min_len=1)
-    sequence("recomputes", recomputes,
-             lambda _, rc: choice("recompute", rc, MOE_RECOMPUTE), min_len=1)
+    sequence(
+        "recomputes", recomputes, lambda _, rc: choice("recompute", rc, MOE_RECOMPUTE), min_len=1
+    )
     out = []
     for pp in (p for p in divisors(cluster.world) if p <= cfg.n_layers):
         dp = cluster.world // pp
         for ep in (e for e in divisors(dp) if cfg.n_experts % e == 0):
             for zero in (z for z in zero_stages if dp > 1 or z == 0):
                 for mb in (m for m in micro_batches if global_batch % (dp * m) == 0):
-                    out += [evaluate_moe(cfg, cluster, global_batch, seq_len, pp, dp, ep, zero,
-                                         mb, rc, recipe, compute_efficiency, dispatch_bytes,
-                                         combine_bytes, a2a_overlap) for rc in recomputes]
+                    out += [
+                        evaluate_moe(
+                            cfg,
+                            cluster,
+                            global_batch,
+                            seq_len,
+                            pp,
+                            dp,
+                            ep,
+                            zero,
+                            mb,
+                            rc,
+                            recipe,
+                            compute_efficiency,
+                            dispatch_bytes,
+                            combine_bytes,
+                            a2a_overlap,
+                        )
+                        for rc in recomputes
+                    ]
     return ranked(out, n_best, global_batch, cluster.world)

@@ -7,12 +7,21 @@ widget can stack embedding / attention / MLP / norms / head.
 
 Notation (Narayanan et al. 2021): l layers, h hidden size, a heads, V vocabulary, s sequence.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, flop_rate, instance, megatron_run, pos_int,
-                                   pos_num, text)
+from lab_utils.calc._check import (
+    boolean,
+    choice,
+    flop_rate,
+    instance,
+    megatron_run,
+    pos_int,
+    pos_num,
+    text,
+)
 
 
 @dataclass(frozen=True)
@@ -51,12 +60,16 @@ class ModelConfig:
         choice("ModelConfig.norm", self.norm, ("layernorm", "rmsnorm"))
         text("ModelConfig.name", self.name)
         if self.hidden % self.n_heads:
-            raise ValueError(f"hidden={self.hidden} must be divisible by n_heads={self.n_heads} "
-                             "(each head gets hidden/n_heads dimensions)")
+            raise ValueError(
+                f"hidden={self.hidden} must be divisible by n_heads={self.n_heads} "
+                "(each head gets hidden/n_heads dimensions)"
+            )
         if self.n_heads % self.kv_heads:
-            raise ValueError(f"n_heads={self.n_heads} must be a multiple of n_kv_heads="
-                             f"{self.kv_heads} (grouped-query attention shares each K/V head "
-                             "among an equal number of query heads)")
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads="
+                f"{self.kv_heads} (grouped-query attention shares each K/V head "
+                "among an equal number of query heads)"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -89,8 +102,13 @@ class ParamCount:
         return self.embedding + self.attention + self.mlp + self.norms + self.head
 
     def as_dict(self) -> dict[str, int]:
-        return {"embedding": self.embedding, "attention": self.attention, "mlp": self.mlp,
-                "norms": self.norms, "head": self.head}
+        return {
+            "embedding": self.embedding,
+            "attention": self.attention,
+            "mlp": self.mlp,
+            "norms": self.norms,
+            "head": self.head,
+        }
 
 
 def param_count(cfg: ModelConfig) -> ParamCount:
@@ -112,12 +130,19 @@ def param_count(cfg: ModelConfig) -> ParamCount:
     layer = attn + mlp + 2 * norm_size
     emb = cfg.vocab_size * h + (cfg.max_position * h if cfg.position == "learned" else 0)
     head = 0 if cfg.tied_embeddings else cfg.vocab_size * h
-    return ParamCount(embedding=emb, attention=cfg.n_layers * attn, mlp=cfg.n_layers * mlp,
-                      norms=cfg.n_layers * 2 * norm_size + norm_size, head=head, per_layer=layer)
+    return ParamCount(
+        embedding=emb,
+        attention=cfg.n_layers * attn,
+        mlp=cfg.n_layers * mlp,
+        norms=cfg.n_layers * 2 * norm_size + norm_size,
+        head=head,
+        per_layer=layer,
+    )
 
 
-def narayanan_param_count(n_layers: int, hidden: int, vocab_size: int = 51200,
-                          seq_len: int = 2048) -> float:
+def narayanan_param_count(
+    n_layers: int, hidden: int, vocab_size: int = 51200, seq_len: int = 2048
+) -> float:
     """P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)).
 
     Narayanan et al. 2021 (Megatron-LM PTD-P), Sec. 5.1; the formula behind their Table 1
@@ -129,22 +154,56 @@ def narayanan_param_count(n_layers: int, hidden: int, vocab_size: int = 51200,
     return 12 * l * h**2 * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
 
 
-def _gpt(name: str, n_layers: int, hidden: int, n_heads: int, vocab_size: int = 50257,
-        seq_len: int = 2048) -> ModelConfig:
+def _gpt(
+    name: str,
+    n_layers: int,
+    hidden: int,
+    n_heads: int,
+    vocab_size: int = 50257,
+    seq_len: int = 2048,
+) -> ModelConfig:
     """A GPT-2/3 style config: LayerNorm, biases, learned positions, tied head, 4h MLP."""
-    return ModelConfig(vocab_size=vocab_size, hidden=hidden, n_layers=n_layers,
-                       n_heads=n_heads, tied_embeddings=True, position="learned",
-                       max_position=seq_len, bias=True, norm="layernorm", name=name)
+    return ModelConfig(
+        vocab_size=vocab_size,
+        hidden=hidden,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        tied_embeddings=True,
+        position="learned",
+        max_position=seq_len,
+        bias=True,
+        norm="layernorm",
+        name=name,
+    )
 
 
-def _llama(name: str, n_layers: int, hidden: int, n_heads: int, ffn_hidden: int,
-          n_kv_heads: int | None = None, vocab_size: int = 32000, seq_len: int = 4096,
-          tied: bool = False) -> ModelConfig:
+def _llama(
+    name: str,
+    n_layers: int,
+    hidden: int,
+    n_heads: int,
+    ffn_hidden: int,
+    n_kv_heads: int | None = None,
+    vocab_size: int = 32000,
+    seq_len: int = 4096,
+    tied: bool = False,
+) -> ModelConfig:
     """A Llama style config: RMSNorm, no biases, RoPE, SwiGLU (3 matrices), untied head."""
-    return ModelConfig(vocab_size=vocab_size, hidden=hidden, n_layers=n_layers,
-                       n_heads=n_heads, n_kv_heads=n_kv_heads, ffn_hidden=ffn_hidden,
-                       gated_mlp=True, tied_embeddings=tied, position="rope",
-                       max_position=seq_len, bias=False, norm="rmsnorm", name=name)
+    return ModelConfig(
+        vocab_size=vocab_size,
+        hidden=hidden,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        ffn_hidden=ffn_hidden,
+        gated_mlp=True,
+        tied_embeddings=tied,
+        position="rope",
+        max_position=seq_len,
+        bias=False,
+        norm="rmsnorm",
+        name=name,
+    )
 
 
 @dataclass(frozen=True)
@@ -169,8 +228,14 @@ class MegatronRun:
 
     @property
     def config(self) -> ModelConfig:
-        return _gpt(f"megatron-{self.params_b}b", self.n_layers, self.hidden, self.n_heads,
-                   vocab_size=51200, seq_len=2048)
+        return _gpt(
+            f"megatron-{self.params_b}b",
+            self.n_layers,
+            self.hidden,
+            self.n_heads,
+            vocab_size=51200,
+            seq_len=2048,
+        )
 
 
 NARAYANAN_TABLE1: tuple[MegatronRun, ...] = (
@@ -200,17 +265,22 @@ PRESETS: dict[str, ModelConfig] = {
     "llama2-7b": _llama("llama2-7b", 32, 4096, 32, 11008),
     "llama2-13b": _llama("llama2-13b", 40, 5120, 40, 13824),
     "llama2-70b": _llama("llama2-70b", 80, 8192, 64, 28672, n_kv_heads=8),
-    "llama3-8b": _llama("llama3-8b", 32, 4096, 32, 14336, n_kv_heads=8, vocab_size=128256,
-                       seq_len=8192),
-    "llama3-70b": _llama("llama3-70b", 80, 8192, 64, 28672, n_kv_heads=8, vocab_size=128256,
-                        seq_len=8192),
-    "llama3.2-1b": _llama("llama3.2-1b", 16, 2048, 32, 8192, n_kv_heads=8, vocab_size=128256,
-                         seq_len=8192, tied=True),
-    "llama3.2-3b": _llama("llama3.2-3b", 28, 3072, 24, 8192, n_kv_heads=8, vocab_size=128256,
-                         seq_len=8192, tied=True),
+    "llama3-8b": _llama(
+        "llama3-8b", 32, 4096, 32, 14336, n_kv_heads=8, vocab_size=128256, seq_len=8192
+    ),
+    "llama3-70b": _llama(
+        "llama3-70b", 80, 8192, 64, 28672, n_kv_heads=8, vocab_size=128256, seq_len=8192
+    ),
+    "llama3.2-1b": _llama(
+        "llama3.2-1b", 16, 2048, 32, 8192, n_kv_heads=8, vocab_size=128256, seq_len=8192, tied=True
+    ),
+    "llama3.2-3b": _llama(
+        "llama3.2-3b", 28, 3072, 24, 8192, n_kv_heads=8, vocab_size=128256, seq_len=8192, tied=True
+    ),
     # Llama 3.1 keeps Llama 3's shapes with a 128K context (RoPE: no extra parameters).
-    "llama3.1-405b": _llama("llama3.1-405b", 126, 16384, 128, 53248, n_kv_heads=8,
-                           vocab_size=128256, seq_len=131072),
+    "llama3.1-405b": _llama(
+        "llama3.1-405b", 126, 16384, 128, 53248, n_kv_heads=8, vocab_size=128256, seq_len=131072
+    ),
 }
 PRESETS.update({f"megatron-{r.params_b}b": r.config for r in NARAYANAN_TABLE1})
 
@@ -218,6 +288,7 @@ PRESETS.update({f"megatron-{r.params_b}b": r.config for r in NARAYANAN_TABLE1})
 def preset(name: str) -> ModelConfig:
     """Look up a preset by name (see ``PRESETS`` for sizes and sources). Lab 01 onwards."""
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; name must be one of: "
-                         f"{', '.join(PRESETS)}")
+        raise ValueError(
+            f"unknown model preset {name!r}; name must be one of: {', '.join(PRESETS)}"
+        )
     return PRESETS[name]

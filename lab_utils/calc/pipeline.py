@@ -21,12 +21,20 @@ GPipe and 1F1B have the SAME bubble; 1F1B only lowers activation memory (p vs m 
 The simulator (``schedule``, ideal timelines) lives in ``calc.pipeline_sim``; both are
 imported here, so ``calc.pipeline.schedule`` and ``calc.pipeline.Event`` keep working.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (backward_split, choice, index, interleaved_shape, one_chunk,
-                                   pos_int, pos_num)
+from lab_utils.calc._check import (
+    backward_split,
+    choice,
+    index,
+    interleaved_shape,
+    one_chunk,
+    pos_int,
+    pos_num,
+)
 from lab_utils.calc.pipeline_sim import Event, Schedule, schedule  # noqa: F401 (re-export)
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v")
@@ -50,15 +58,24 @@ def _inputs(name: str, p: object, m: object, v: object) -> tuple[int, int, int]:
         interleaved_shape(p, m, v)
     elif name == "zb-v":
         if v not in (1, 2):
-            raise ValueError(f"ZB-V always places 2 chunks per rank in a V (Qi et al. 2023); "
-                             f"leave v at 1 or pass v=2, got v={v}")
+            raise ValueError(
+                f"ZB-V always places 2 chunks per rank in a V (Qi et al. 2023); "
+                f"leave v at 1 or pass v=2, got v={v}"
+            )
     else:
         one_chunk(v)
     return p, m, v
 
 
-def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
-           t_w: float | None = None) -> Bubble:
+def bubble(
+    schedule: str,
+    p: int,
+    m: int,
+    v: int = 1,
+    t_f: float = 1.0,
+    t_b: float = 2.0,
+    t_w: float | None = None,
+) -> Bubble:
     """Closed-form pipeline bubble (assumes m >= p; idle time per rank, see module table).
 
         gpipe, 1f1b : (p-1)(t_f + t_b)          -> of_ideal (p-1)/m
@@ -79,16 +96,20 @@ def bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: flo
     ideal = m * (t_f + t_b)
     if schedule in ("gpipe", "1f1b", "interleaved"):
         if t_w is not None:
-            raise ValueError(f"t_w only applies to the zero-bubble schedules (B and W split); "
-                             f"leave it out for {schedule!r}")
+            raise ValueError(
+                f"t_w only applies to the zero-bubble schedules (B and W split); "
+                f"leave it out for {schedule!r}"
+            )
         idle = (p - 1) * (t_f + t_b) / (v if schedule == "interleaved" else 1)
     elif schedule == "zb-v":
         w = backward_split(t_b, t_w)
         if abs(t_f - (t_b - w)) > 1e-9 * t_f or abs(w - (t_b - w)) > 1e-9 * t_f:
-            raise ValueError(f"ZB-V's bubble is known in closed form only for equal F, B and W "
-                             f"times (then it is 0; Qi et al. 2023); got t_f={t_f:g}, "
-                             f"T_B={t_b - w:g}, T_W={w:g}. Pass t_b = 2 t_f and t_w = t_f, or "
-                             "simulate the schedule")
+            raise ValueError(
+                f"ZB-V's bubble is known in closed form only for equal F, B and W "
+                f"times (then it is 0; Qi et al. 2023); got t_f={t_f:g}, "
+                f"T_B={t_b - w:g}, T_W={w:g}. Pass t_b = 2 t_f and t_w = t_f, or "
+                "simulate the schedule"
+            )
         idle = 0.0
     else:
         w = backward_split(t_b, t_w)
@@ -154,13 +175,22 @@ class PipelineFacts:
         return max(self.peak_per_stage)
 
 
-def pipeline_facts(schedule: str, p: int, m: int, v: int = 1, t_f: float = 1.0,
-                   t_b: float = 2.0, t_w: float | None = None) -> PipelineFacts:
+def pipeline_facts(
+    schedule: str,
+    p: int,
+    m: int,
+    v: int = 1,
+    t_f: float = 1.0,
+    t_b: float = 2.0,
+    t_w: float | None = None,
+) -> PipelineFacts:
     """``bubble``, ``peak_in_flight`` for every stage and ``p2p_factor`` in one call, e.g.
     to fill a comparison table of all six schedules. Lab 07."""
     b = bubble(schedule, p, m, v, t_f, t_b, t_w)
     if p > 100_000:
-        raise ValueError(f"p={p} stages is too many to list one by one (at most 100000); "
-                         "call peak_in_flight for the stages you need")
+        raise ValueError(
+            f"p={p} stages is too many to list one by one (at most 100000); "
+            "call peak_in_flight for the stages you need"
+        )
     peaks = tuple(peak_in_flight(schedule, p, m, s, v) for s in range(p))
     return PipelineFacts(schedule, b, peaks, p2p_factor(schedule, v))

@@ -6,12 +6,21 @@ closed forms it is checked against (bubble, peak in-flight micro-batches) live i
 ``calc.pipeline``; ``calc.timeline.bubble_from_timeline`` reads the idle time off ``events``.
 Notation as in ``calc.pipeline``: p stages, m micro-batches, v chunks per rank.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (backward_split, choice, interleaved_shape, nonneg_int,
-                                   nonneg_num, one_chunk, pos_int, pos_num)
+from lab_utils.calc._check import (
+    backward_split,
+    choice,
+    interleaved_shape,
+    nonneg_int,
+    nonneg_num,
+    one_chunk,
+    pos_int,
+    pos_num,
+)
 
 # A simulation is list scheduling over p*m*v*3 operations (quadratic in p); beyond this many a
 # figure is unreadable and the call would take minutes.
@@ -39,8 +48,9 @@ class Event:
         start = nonneg_num("Event.start", self.start)
         end = nonneg_num("Event.end", self.end)
         if end < start:
-            raise ValueError(f"Event.end={end} is before Event.start={start}; an operation "
-                             "ends after it starts")
+            raise ValueError(
+                f"Event.end={end} is before Event.start={start}; an operation ends after it starts"
+            )
 
 
 @dataclass(frozen=True)
@@ -102,8 +112,15 @@ def _dep(kind: str, mb: int, vs: int, n_virtual: int) -> tuple[str, int, int] | 
     return ("B", mb, vs + 1) if vs < n_virtual - 1 else ("F", mb, vs)
 
 
-def schedule(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 2.0,
-             t_w: float | None = None) -> Schedule:
+def schedule(
+    name: str,
+    p: int,
+    m: int,
+    v: int = 1,
+    t_f: float = 1.0,
+    t_b: float = 2.0,
+    t_w: float | None = None,
+) -> Schedule:
     """Simulate the ideal timeline of a pipeline schedule (no communication time).
 
     Each rank runs its operations in the schedule's ORDER; an operation starts when the rank
@@ -125,25 +142,38 @@ def schedule(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float
     else:
         one_chunk(v)
     if p * m * v * 3 > MAX_OPS:
-        raise ValueError(f"p*m*v = {p * m * v} micro-batch chunks is too many to simulate "
-                         f"(keep p*m*v <= {MAX_OPS // 3}); the closed forms in calc.pipeline "
-                         "(bubble, peak_in_flight) answer for any size")
+        raise ValueError(
+            f"p*m*v = {p * m * v} micro-batch chunks is too many to simulate "
+            f"(keep p*m*v <= {MAX_OPS // 3}); the closed forms in calc.pipeline "
+            "(bubble, peak_in_flight) answer for any size"
+        )
     split = name == "zb-h1"
     w_time = backward_split(t_b, t_w) if split else 0.0
     if not split and t_w is not None:
-        raise ValueError(f"t_w only applies to the zero-bubble schedule 'zb-h1' (B and W "
-                         f"split); leave it out for {name!r}")
+        raise ValueError(
+            f"t_w only applies to the zero-bubble schedule 'zb-h1' (B and W "
+            f"split); leave it out for {name!r}"
+        )
     dur = {"F": t_f / v, "B": (t_b - w_time) / v, "W": w_time / v}
-    builders = {"gpipe": lambda r: _order_gpipe(p, m, r), "1f1b": lambda r: _order_1f1b(p, m, r),
-                "zb-h1": lambda r: _order_1f1b(p, m, r),
-                "interleaved": lambda r: _order_interleaved(p, m, v, r)}
+    builders = {
+        "gpipe": lambda r: _order_gpipe(p, m, r),
+        "1f1b": lambda r: _order_1f1b(p, m, r),
+        "zb-h1": lambda r: _order_1f1b(p, m, r),
+        "interleaved": lambda r: _order_interleaved(p, m, v, r),
+    }
     orders = [builders[name](r) for r in range(p)]
     events = _simulate(p, v, orders, dur, split, cap=p)
     return _finish(name, p, m, v, events, split)
 
 
-def _simulate(p: int, v: int, orders: list[list[tuple[str, int, int]]],
-              dur: dict[str, float], split: bool, cap: int) -> list[Event]:
+def _simulate(
+    p: int,
+    v: int,
+    orders: list[list[tuple[str, int, int]]],
+    dur: dict[str, float],
+    split: bool,
+    cap: int,
+) -> list[Event]:
     """Commit operations in order of start time (list scheduling), so that when a rank
     decides, everything that could finish before its decision is already known."""
     n_virtual = p * v
@@ -198,8 +228,9 @@ def _finish(name: str, p: int, m: int, v: int, events: list[Event], split: bool)
     order, peaks = [], []
     for r in range(p):
         mine = [e for e in events if e.rank == r]
-        order.append(tuple(f"{e.kind}{e.microbatch}" + (f"c{e.chunk}" if v > 1 else "")
-                           for e in mine))
+        order.append(
+            tuple(f"{e.kind}{e.microbatch}" + (f"c{e.chunk}" if v > 1 else "") for e in mine)
+        )
         # +1 at an F's start, -1 at the end of the micro-batch's last backward op;
         # at equal times, frees happen before allocations (sort key False < True).
         marks = [(e.start, True) for e in mine if e.kind == "F"]

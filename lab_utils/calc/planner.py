@@ -13,12 +13,22 @@ other calculators), so a learner can check any number by hand:
 Rank layout matches ``lab_utils.topology``: tp innermost (consecutive ranks, same node), then
 dp, then pp ("TP inside a node, PP across nodes, DP everywhere").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (boolean, choice, instance, nonneg_int, pos_int, sequence,
-                                   zero_stage as _zero_stage)
+from lab_utils.calc._check import (
+    boolean,
+    choice,
+    instance,
+    nonneg_int,
+    pos_int,
+    sequence,
+)
+from lab_utils.calc._check import (
+    zero_stage as _zero_stage,
+)
 from lab_utils.calc._layout_cost import batch_terms, check_inputs, layout_plans, layout_terms
 from lab_utils.calc._layout_rules import Verdict, check_search, divisors, ranked
 from lab_utils.calc.activations import RECOMPUTE
@@ -59,27 +69,42 @@ class Plan(Verdict):
         return (self.dp, self.tp, self.pp)
 
     def summary(self) -> str:
-        return (f"DP={self.dp} TP={self.tp} PP={self.pp} ZeRO-{self.zero_stage} "
-                f"mb={self.micro_batch} recompute={self.recompute}")
+        return (
+            f"DP={self.dp} TP={self.tp} PP={self.pp} ZeRO-{self.zero_stage} "
+            f"mb={self.micro_batch} recompute={self.recompute}"
+        )
 
     def details(self) -> list[str]:
         """Memory and time, term by term (``explain`` prints them)."""
         ms = self.model_state
-        return [f"  memory/GPU {fmt_bytes(self.memory_bytes)} of {fmt_bytes(self.gpu_mem_bytes)}"
-                f" = model state {fmt_bytes(ms.total)} (params {fmt_bytes(ms.params)}, grads "
-                f"{fmt_bytes(ms.grads)}, optimizer+master {fmt_bytes(ms.optimizer + ms.master)})"
-                f" + activations {fmt_bytes(self.activation_bytes)}",
-                f"  step ~{self.step_s:.2f} s = (compute {self.compute_s:.2f} + TP "
-                f"{self.tp_comm_s:.2f} + PP {self.pp_comm_s:.3f}) x (1 + bubble "
-                f"{self.bubble:.1%}) + DP {self.dp_comm_s:.2f}; MFU ~{self.mfu:.0%}; "
-                f"{self.n_micro} micro-batches per step"]
+        return [
+            f"  memory/GPU {fmt_bytes(self.memory_bytes)} of {fmt_bytes(self.gpu_mem_bytes)}"
+            f" = model state {fmt_bytes(ms.total)} (params {fmt_bytes(ms.params)}, grads "
+            f"{fmt_bytes(ms.grads)}, optimizer+master {fmt_bytes(ms.optimizer + ms.master)})"
+            f" + activations {fmt_bytes(self.activation_bytes)}",
+            f"  step ~{self.step_s:.2f} s = (compute {self.compute_s:.2f} + TP "
+            f"{self.tp_comm_s:.2f} + PP {self.pp_comm_s:.3f}) x (1 + bubble "
+            f"{self.bubble:.1%}) + DP {self.dp_comm_s:.2f}; MFU ~{self.mfu:.0%}; "
+            f"{self.n_micro} micro-batches per step",
+        ]
 
 
-def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int, dp: int,
-             tp: int, pp: int, zero_stage: int = 1, micro_batch: int = 1,
-             recompute: str = "selective", recipe: str = "mixed_adam",
-             sequence_parallel: bool = True, allow_tp_across_nodes: bool = False,
-             compute_efficiency: float = 0.5) -> Plan:
+def evaluate(
+    cfg: ModelConfig,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    zero_stage: int = 1,
+    micro_batch: int = 1,
+    recompute: str = "selective",
+    recipe: str = "mixed_adam",
+    sequence_parallel: bool = True,
+    allow_tp_across_nodes: bool = False,
+    compute_efficiency: float = 0.5,
+) -> Plan:
     """Estimate memory, time and feasibility of one layout (see module docstring).
 
     Sources: model state Rajbhandari et al. 2020 Sec. 5; activations Korthikanti et al. 2022
@@ -95,36 +120,56 @@ def evaluate(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int
     problem (``_layout_cost.kv_heads_messages``).
     Lab 08 (planner), lab 12 (grading a proposed config with ``check_config``).
     """
-    check_inputs(cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes,
-                 compute_efficiency)
+    check_inputs(
+        cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes, compute_efficiency
+    )
     for name, val in (("dp", dp), ("tp", tp), ("pp", pp), ("micro_batch", micro_batch)):
         pos_int(name, val)
     _zero_stage(zero_stage)
     choice("recompute", recompute, RECOMPUTE)
-    terms = layout_terms(cfg, cluster, seq_len, tp, pp, dp, (micro_batch,), (recompute,),
-                         (zero_stage,), recipe, allow_tp_across_nodes,
-                         boolean("sequence_parallel", sequence_parallel))
+    terms = layout_terms(
+        cfg,
+        cluster,
+        seq_len,
+        tp,
+        pp,
+        dp,
+        (micro_batch,),
+        (recompute,),
+        (zero_stage,),
+        recipe,
+        allow_tp_across_nodes,
+        boolean("sequence_parallel", sequence_parallel),
+    )
     batch = batch_terms(cfg, cluster, global_batch, seq_len, compute_efficiency)
     return _plan(layout_plans(terms, batch, cluster, global_batch, tp, pp, dp, True)[0])
 
 
-def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
-         micro_batches: tuple[int, ...] = (1, 2, 4, 8),
-         recomputes: tuple[str, ...] = RECOMPUTE, zero_stages: tuple[int, ...] = (0, 1, 2, 3),
-         recipe: str = "mixed_adam", allow_tp_across_nodes: bool = False,
-         compute_efficiency: float = 0.5, top_k: int = 0) -> list[Plan]:
+def plan(
+    cfg: ModelConfig,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8),
+    recomputes: tuple[str, ...] = RECOMPUTE,
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3),
+    recipe: str = "mixed_adam",
+    allow_tp_across_nodes: bool = False,
+    compute_efficiency: float = 0.5,
+    top_k: int = 0,
+) -> list[Plan]:
     """Enumerate (dp, tp, pp, zero_stage, micro_batch, recompute) with dp*tp*pp = world,
     tp | n_heads, pp | n_layers, dp*micro_batch | global_batch; evaluate each with
     ``evaluate``; return feasible plans fastest first, then infeasible ones (least memory
     first) with their reasons. ``top_k > 0`` keeps only that many. The work candidates share
     is done once (``_layout_cost``); the plans are exactly ``evaluate``'s. Lab 08.
     """
-    check_inputs(cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes,
-                 compute_efficiency)
+    check_inputs(
+        cfg, cluster, global_batch, seq_len, recipe, allow_tp_across_nodes, compute_efficiency
+    )
     nonneg_int("top_k", top_k)
     check_search("plan", cluster, micro_batches)
-    sequence("recomputes", recomputes, lambda _, rc: choice("recompute", rc, RECOMPUTE),
-             min_len=1)
+    sequence("recomputes", recomputes, lambda _, rc: choice("recompute", rc, RECOMPUTE), min_len=1)
     sequence("zero_stages", zero_stages, lambda _, z: _zero_stage(z), min_len=1)
     batch = batch_terms(cfg, cluster, global_batch, seq_len, compute_efficiency)
     world, out = cluster.world, []
@@ -132,11 +177,21 @@ def plan(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
         for pp in (p for p in divisors(world // tp) if cfg.n_layers % p == 0):
             dp = world // (tp * pp)
             zeros = tuple(z for z in zero_stages if dp > 1 or z == 0)
-            terms = layout_terms(cfg, cluster, seq_len, tp, pp, dp, tuple(micro_batches),
-                                 tuple(recomputes), zeros, recipe,
-                                 bool(allow_tp_across_nodes), True)
-            out += map(_plan, layout_plans(terms, batch, cluster, global_batch, tp, pp, dp,
-                                           False))
+            terms = layout_terms(
+                cfg,
+                cluster,
+                seq_len,
+                tp,
+                pp,
+                dp,
+                tuple(micro_batches),
+                tuple(recomputes),
+                zeros,
+                recipe,
+                bool(allow_tp_across_nodes),
+                True,
+            )
+            out += map(_plan, layout_plans(terms, batch, cluster, global_batch, tp, pp, dp, False))
     return ranked(out, top_k, global_batch, world)
 
 
@@ -159,12 +214,32 @@ def best_per_layout(plans: list[Plan]) -> list[Plan]:
     return out
 
 
-def check_config(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
-                 dp: int, tp: int, pp: int, zero_stage: int = 1, micro_batch: int = 1,
-                 recompute: str = "selective", **kwargs: object) -> Plan:
+def check_config(
+    cfg: ModelConfig,
+    cluster: Cluster,
+    global_batch: int,
+    seq_len: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    zero_stage: int = 1,
+    micro_batch: int = 1,
+    recompute: str = "selective",
+    **kwargs: object,
+) -> Plan:
     """Evaluate ONE proposed config and explain its problems (``.explain()``), e.g. to grade
     a learner's answer in lab 12. Same model as ``evaluate``; never raises for an infeasible
     layout, only for malformed inputs (negative sizes, unknown options)."""
-    return evaluate(cfg, cluster, global_batch, seq_len, dp, tp, pp, zero_stage, micro_batch,
-                    recompute, **kwargs)  # type: ignore[arg-type]
-
+    return evaluate(
+        cfg,
+        cluster,
+        global_batch,
+        seq_len,
+        dp,
+        tp,
+        pp,
+        zero_stage,
+        micro_batch,
+        recompute,
+        **kwargs,
+    )  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ that torch's casts use) moves x by at most gap / 2. Two consequences used in the
 Normal numbers only: the exponent range (overflow, subnormals) is not modelled here; lab 02's
 format tables give it. Pure Python on floats. Labs 02 and 12.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def float_gap(x: float, mant_bits: int = 7) -> float:
     """
     x = pos_num("x", x)
     mant_bits = whole("mant_bits", mant_bits, 1, 52)
-    _, e = math.frexp(x)            # x = f x 2^e with 0.5 <= f < 1, so floor(log2 x) = e - 1
+    _, e = math.frexp(x)  # x = f x 2^e with 0.5 <= f < 1, so floor(log2 x) = e - 1
     return math.ldexp(1.0, e - 1 - mant_bits)
 
 
@@ -43,4 +44,4 @@ def round_to_bits(x: float, mant_bits: int = 7) -> float:
     in bf16. Normal range only (see the module docstring). Labs 02, 12.
     """
     gap = float_gap(x, mant_bits)
-    return round(x / gap) * gap     # x / gap is exact (a power of 2); round() ties to even
+    return round(x / gap) * gap  # x / gap is exact (a power of 2); round() ties to even

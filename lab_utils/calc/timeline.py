@@ -4,6 +4,7 @@ A timeline is a list of events with ``rank``, ``start`` and ``end`` (dicts or ob
 ``pipeline.Event``). The idle fraction of a rank is what the pipeline bubble looks like in a
 real trace; comparing it with ``pipeline.bubble`` closes the loop between formula and run.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,12 +26,15 @@ class TimelineBubble:
 def _field(e: Any, key: str) -> Any:
     if isinstance(e, dict):
         if key not in e:
-            raise ValueError(f"timeline event {e!r} has no {key!r} key; each event needs "
-                             "'rank', 'start' and 'end'")
+            raise ValueError(
+                f"timeline event {e!r} has no {key!r} key; each event needs "
+                "'rank', 'start' and 'end'"
+            )
         return e[key]
     if not hasattr(e, key):
-        raise ValueError(f"timeline event {e!r} has no attribute {key!r}; each event needs "
-                         "rank, start and end")
+        raise ValueError(
+            f"timeline event {e!r} has no attribute {key!r}; each event needs rank, start and end"
+        )
     return getattr(e, key)
 
 
@@ -46,16 +50,20 @@ def bubble_from_timeline(events: Iterable[Any], window: str = "global") -> Timel
     """
     choice("window", window, ("global", "rank"))
     if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
-        raise ValueError(f"events must be a list of timeline events (dicts or objects with "
-                         f"rank, start, end), got {type(events).__name__}")
+        raise ValueError(
+            f"events must be a list of timeline events (dicts or objects with "
+            f"rank, start, end), got {type(events).__name__}"
+        )
     by_rank: dict[int, list[tuple[float, float]]] = {}
     for e in events:
         r = nonneg_int("event rank", _field(e, "rank"))
         s = number("event start", _field(e, "start"), hint="times are seconds (finite)")
         t = number("event end", _field(e, "end"), hint="times are seconds (finite)")
         if t < s:
-            raise ValueError(f"event on rank {r} ends before it starts ({s} > {t}); "
-                             "check the clock used to record the timeline")
+            raise ValueError(
+                f"event on rank {r} ends before it starts ({s} > {t}); "
+                "check the clock used to record the timeline"
+            )
         by_rank.setdefault(r, []).append((s, t))
     if not by_rank:
         raise ValueError("the timeline is empty; record at least one event per rank")

@@ -12,12 +12,21 @@ GPT-3 (P = 175B, T = 300B tokens, n = 1024 A100s, X = 140 TFLOP/s): 34 days; the
 FLOPs 6 T P are divided by n x peak x MFU and recomputation does not enter (it only raises
 HFU). GPU-hours = n x hours; cost = GPU-hours x price per GPU-hour.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lab_utils.calc._check import (choice, fields, flop_rate, fraction, nonneg_num, pos_int,
-                                   pos_num, text)
+from lab_utils.calc._check import (
+    choice,
+    fields,
+    flop_rate,
+    fraction,
+    nonneg_num,
+    pos_int,
+    pos_num,
+    text,
+)
 from lab_utils.calc.activations import RECOMPUTE
 
 # FLOPs per parameter per token: the 6P rule, plus one forward (2P) with full recomputation.
@@ -54,10 +63,16 @@ class TrainingTime:
         return self.gpu_hours * self.price_per_gpu_hour
 
 
-def time_to_train(n_params: float, n_tokens: float, n_gpus: int,
-                  flops_per_gpu: float | None = None, recompute: str = "none",
-                  mfu: float | None = None, peak_flops: float | None = None,
-                  price_per_gpu_hour: float = 0.0) -> TrainingTime:
+def time_to_train(
+    n_params: float,
+    n_tokens: float,
+    n_gpus: int,
+    flops_per_gpu: float | None = None,
+    recompute: str = "none",
+    mfu: float | None = None,
+    peak_flops: float | None = None,
+    price_per_gpu_hour: float = 0.0,
+) -> TrainingTime:
     """End-to-end training time from ONE of two throughput figures (module docstring).
 
     * ``flops_per_gpu`` X: achieved hardware FLOP/s per GPU, the X of Narayanan et al.
@@ -76,20 +91,26 @@ def time_to_train(n_params: float, n_tokens: float, n_gpus: int,
     c = FLOPS_PER_PARAM_TOKEN[recompute]
     peak = None if peak_flops is None else flop_rate("peak_flops", peak_flops)
     if (flops_per_gpu is None) == (mfu is None):
-        raise ValueError("give exactly one throughput: flops_per_gpu (achieved FLOP/s per GPU) "
-                         "or mfu (a fraction, with peak_flops)")
+        raise ValueError(
+            "give exactly one throughput: flops_per_gpu (achieved FLOP/s per GPU) "
+            "or mfu (a fraction, with peak_flops)"
+        )
     if mfu is not None:
         u = fraction("mfu", mfu)
         if u == 0:
             raise ValueError("mfu must be above 0: at 0% utilisation training never ends")
         if peak is None:
-            raise ValueError("mfu needs peak_flops (FLOP/s per GPU, e.g. 989e12 for an H100) to "
-                             "turn a fraction into FLOP/s")
+            raise ValueError(
+                "mfu needs peak_flops (FLOP/s per GPU, e.g. 989e12 for an H100) to "
+                "turn a fraction into FLOP/s"
+            )
         hfu = u * c / 6
         if hfu > 1:
-            raise ValueError(f"mfu={u:g} with recompute={recompute!r} means HFU = {hfu:.3g} > 1: "
-                             f"the recomputed forward does not fit in the peak; lower mfu "
-                             f"below {6 / c:g}")
+            raise ValueError(
+                f"mfu={u:g} with recompute={recompute!r} means HFU = {hfu:.3g} > 1: "
+                f"the recomputed forward does not fit in the peak; lower mfu "
+                f"below {6 / c:g}"
+            )
         seconds = 6 * t * p / (n * peak * u)
         return TrainingTime(p, t, n, c * t * p, seconds, u, hfu, price)
     x = flop_rate("flops_per_gpu", flops_per_gpu)
@@ -97,15 +118,19 @@ def time_to_train(n_params: float, n_tokens: float, n_gpus: int,
     if peak is not None:
         hfu_x = x / peak
         if hfu_x > 1:
-            raise ValueError(f"flops_per_gpu={x:.3g} exceeds peak_flops={peak:.3g}: no GPU "
-                             "runs above its peak; check the units (FLOP/s, not TFLOP/s)")
+            raise ValueError(
+                f"flops_per_gpu={x:.3g} exceeds peak_flops={peak:.3g}: no GPU "
+                "runs above its peak; check the units (FLOP/s, not TFLOP/s)"
+            )
     seconds = c * t * p / (n * x)
-    return TrainingTime(p, t, n, c * t * p, seconds,
-                        None if hfu_x is None else hfu_x * 6 / c, hfu_x, price)
+    return TrainingTime(
+        p, t, n, c * t * p, seconds, None if hfu_x is None else hfu_x * 6 / c, hfu_x, price
+    )
 
 
-def mfu_from_gpu_hours(n_params: float, n_tokens: float, gpu_hours: float,
-                       peak_flops: float) -> float:
+def mfu_from_gpu_hours(
+    n_params: float, n_tokens: float, gpu_hours: float, peak_flops: float
+) -> float:
     """MFU implied by a reported GPU-hour budget: 6 P T / (GPU-hours x 3600 x peak).
 
     For a mixture-of-experts model P is the ACTIVATED parameters per token. DeepSeek-V3
@@ -116,8 +141,10 @@ def mfu_from_gpu_hours(n_params: float, n_tokens: float, gpu_hours: float,
     capacity = pos_num("gpu_hours", gpu_hours) * 3600 * flop_rate("peak_flops", peak_flops)
     value = work / capacity
     if value > 1:
-        raise ValueError(f"MFU = {value:.3g} is above 100%: the GPU-hours cannot hold that "
-                         "many FLOPs; check gpu_hours (hours x GPUs) and peak_flops (FLOP/s)")
+        raise ValueError(
+            f"MFU = {value:.3g} is above 100%: the GPU-hours cannot hold that "
+            "many FLOPs; check gpu_hours (hours x GPUs) and peak_flops (FLOP/s)"
+        )
     return value
 
 
@@ -138,14 +165,22 @@ class NarayananEstimate:
         pos_int("NarayananEstimate.n_gpus", self.n_gpus)
         flop_rate("NarayananEstimate.tflops_per_gpu", self.tflops_per_gpu, "TFLOP/s")
         if self.tflops_per_gpu > 312:
-            raise ValueError(f"NarayananEstimate.tflops_per_gpu={self.tflops_per_gpu:g} exceeds "
-                             "the A100's 312 TFLOP/s peak that the paper's runs used")
+            raise ValueError(
+                f"NarayananEstimate.tflops_per_gpu={self.tflops_per_gpu:g} exceeds "
+                "the A100's 312 TFLOP/s peak that the paper's runs used"
+            )
         pos_int("NarayananEstimate.printed_days", self.printed_days)
 
     def estimate(self) -> TrainingTime:
         """Their 8TP/(nX) (full recomputation) with our calculator."""
-        return time_to_train(self.n_params, self.n_tokens, self.n_gpus,
-                             self.tflops_per_gpu * 1e12, "full", peak_flops=312e12)
+        return time_to_train(
+            self.n_params,
+            self.n_tokens,
+            self.n_gpus,
+            self.tflops_per_gpu * 1e12,
+            "full",
+            peak_flops=312e12,
+        )
 
 
 NARAYANAN_SEC51: tuple[NarayananEstimate, ...] = (

@@ -10,6 +10,7 @@ All calculators return BYTES (plain int/float). Convert only when printing, with
 
 1 GiB = 1.074 GB, so the same buffer reads ~7% smaller in GiB.
 """
+
 from __future__ import annotations
 
 from lab_utils.calc._check import number, whole
@@ -24,8 +25,15 @@ GiB = 2**30
 TiB = 2**40
 
 UNITS: dict[str, float] = {
-    "B": 1, "KB": KB, "MB": MB, "GB": GB, "TB": TB,
-    "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": TiB,
+    "B": 1,
+    "KB": KB,
+    "MB": MB,
+    "GB": GB,
+    "TB": TB,
+    "KiB": KiB,
+    "MiB": MiB,
+    "GiB": GiB,
+    "TiB": TiB,
 }
 
 

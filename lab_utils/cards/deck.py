@@ -14,6 +14,7 @@ Numbers in ``{placeholders}`` are computed by ``resolver`` (whitelisted calculat
 with a problem (unknown field, duplicate id, missing lab, unresolvable calc) raises
 ``DeckError`` listing every problem with its file and card id.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,11 +30,19 @@ import lab_utils.cards.resolver as resolver
 DECK_DIR = Path(__file__).with_name("deck")
 
 LAB_TITLES: dict[str, str] = {
-    "00": "Setup and first launch", "01": "What training holds in memory",
-    "02": "Single-device baselines", "03": "Collectives", "04": "Data parallelism",
-    "05": "ZeRO and FSDP", "06": "Tensor parallelism", "07": "Pipeline parallelism",
-    "08": "3D / 4D parallelism", "09": "Mixture of Experts and expert parallelism",
-    "10": "Scaling and bottlenecks", "11": "Production", "12": "System design and interview practice",
+    "00": "Setup and first launch",
+    "01": "What training holds in memory",
+    "02": "Single-device baselines",
+    "03": "Collectives",
+    "04": "Data parallelism",
+    "05": "ZeRO and FSDP",
+    "06": "Tensor parallelism",
+    "07": "Pipeline parallelism",
+    "08": "3D / 4D parallelism",
+    "09": "Mixture of Experts and expert parallelism",
+    "10": "Scaling and bottlenecks",
+    "11": "Production",
+    "12": "System design and interview practice",
     "13": "Performance engineering",
     "14": "Is it correct? Silent bugs, the bisector, the layout matrix",
 }
@@ -68,8 +77,9 @@ class DeckError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        super().__init__(f"{len(problems)} problem(s) in the flashcard deck:\n  "
-                         + "\n  ".join(problems))
+        super().__init__(
+            f"{len(problems)} problem(s) in the flashcard deck:\n  " + "\n  ".join(problems)
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,8 @@ class _StrictLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -119,8 +130,9 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
     start = len(problems)
     unknown = set(raw) - CARD_FIELDS
     if unknown:
-        problems.append(f"{where}: unknown field(s) {sorted(map(str, unknown))}; "
-                        f"allowed: {sorted(CARD_FIELDS)}")
+        problems.append(
+            f"{where}: unknown field(s) {sorted(map(str, unknown))}; allowed: {sorted(CARD_FIELDS)}"
+        )
     for name in REQUIRED:
         if raw.get(name) in (None, "", []):
             problems.append(f"{where}: missing '{name}'")
@@ -133,13 +145,16 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
     topics = raw.get("topics") or []
-    if not isinstance(topics, list) or not all(isinstance(t, str) and TAG_RE.fullmatch(t)
-                                                for t in topics):
+    if not isinstance(topics, list) or not all(
+        isinstance(t, str) and TAG_RE.fullmatch(t) for t in topics
+    ):
         problems.append(f"{where}: topics must be a list of lowercase tags like [zero, memory]")
     for name in ("front", "back", "source"):
         if name in raw and not isinstance(raw[name], str):
-            problems.append(f"{where}: '{name}' must be text (quote text that starts "
-                            "with '{{' or '[', or use a '>-' block)")
+            problems.append(
+                f"{where}: '{name}' must be text (quote text that starts "
+                "with '{{' or '[', or use a '>-' block)"
+            )
     if len(problems) > start:
         return None
     front, back = raw["front"].strip(), raw["back"].strip()
@@ -152,18 +167,30 @@ def _card(raw: object, where: str, problems: list[str]) -> Card | None:
             values[name], rendered[name] = resolver.render_value(spec, f"calc {name!r}")
         front, back = resolver.fill(front, rendered, "front"), resolver.fill(back, rendered, "back")
         if set(specs) - used:
-            raise ValueError(f"calc value(s) {sorted(set(specs) - used)} never shown: put "
-                             "{name} in the front or back")
+            raise ValueError(
+                f"calc value(s) {sorted(set(specs) - used)} never shown: put "
+                "{name} in the front or back"
+            )
     except ValueError as exc:
         problems.append(f"{where}: {exc}")
         return None
     for name, text in (("front", front), ("back", back)):
         if m := MATH_PAIR.search(text):
-            problems.append(f"{where}: '{name}' has {m.group(0)!r} between two '$' signs, which "
-                            "a notebook typesets as LaTeX: write USD, or escape the sign as \\$")
+            problems.append(
+                f"{where}: '{name}' has {m.group(0)!r} between two '$' signs, which "
+                "a notebook typesets as LaTeX: write USD, or escape the sign as \\$"
+            )
             return None
-    return Card(id=cid, lab=lab, topics=tuple(topics), front=front, back=back,
-                source=str(raw.get("source", "")).strip(), values=values, file=where.split()[0])
+    return Card(
+        id=cid,
+        lab=lab,
+        topics=tuple(topics),
+        front=front,
+        back=back,
+        source=str(raw.get("source", "")).strip(),
+        values=values,
+        file=where.split()[0],
+    )
 
 
 def parse_file(path: Path, problems: list[str]) -> list[Card]:
@@ -205,9 +232,11 @@ def _as_list(value: str | Iterable[str] | int | None) -> list | None:
     return [value] if isinstance(value, (str, int)) else list(value)
 
 
-def load_deck(labs: str | int | Iterable[str] | None = None,
-              topics: str | Iterable[str] | None = None,
-              deck_dir: str | Path | None = None) -> list[Card]:
+def load_deck(
+    labs: str | int | Iterable[str] | None = None,
+    topics: str | Iterable[str] | None = None,
+    deck_dir: str | Path | None = None,
+) -> list[Card]:
     """Cards of the given labs ("04", 4 or a list) having ANY of the given topic tags.
 
     The whole deck is validated (and its numbers computed) on the first call; a problem raises
@@ -223,7 +252,9 @@ def load_deck(labs: str | int | Iterable[str] | None = None,
         known = {t for c in _load_all(str(Path(deck_dir or DECK_DIR).resolve())) for t in c.topics}
         missing = [t for t in topic_list if t not in known]
         if missing:
-            raise ValueError(f"no card has topic(s) {missing}; topics are: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"no card has topic(s) {missing}; topics are: {', '.join(sorted(known))}"
+            )
         cards = [c for c in cards if set(topic_list) & set(c.topics)]
     return cards
 
@@ -236,11 +267,17 @@ def check_deck(deck_dir: str | Path | None = None) -> list[str]:
         cards = load_deck(deck_dir=deck_dir)
     except DeckError as exc:
         return exc.problems
-    problems = [f"lab {lab} has {n} card(s); every lab needs at least {MIN_CARDS_PER_LAB}"
-                for lab, n in counts_by_lab(cards).items() if n < MIN_CARDS_PER_LAB]
+    problems = [
+        f"lab {lab} has {n} card(s); every lab needs at least {MIN_CARDS_PER_LAB}"
+        for lab, n in counts_by_lab(cards).items()
+        if n < MIN_CARDS_PER_LAB
+    ]
     tags = {t for c in cards for t in c.topics}
-    problems += [f"no card carries the misconception tag {tag!r} ({text})"
-                 for tag, text in MISCONCEPTIONS.items() if tag not in tags]
+    problems += [
+        f"no card carries the misconception tag {tag!r} ({text})"
+        for tag, text in MISCONCEPTIONS.items()
+        if tag not in tags
+    ]
     return problems
 
 

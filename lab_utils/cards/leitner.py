@@ -14,6 +14,7 @@ Progress is a small JSON file, by default ``~/.distributed_labs/cards_progress.j
 ``os.replace``). A file that cannot be read is never overwritten silently: it is renamed to
 ``<name>.corrupt-<timestamp>`` and a warning says so, then a fresh progress starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ def answer(state: CardState | None, knew_it: bool, session: int) -> CardState:
     """The Leitner transition: right -> next box (max 5), wrong -> box 1."""
     old = state or CardState()
     box = min(old.box + 1, N_BOXES) if knew_it else 1
-    return CardState(box=box, last_session=session, seen=old.seen + 1,
-                     correct=old.correct + int(knew_it))
+    return CardState(
+        box=box, last_session=session, seen=old.seen + 1, correct=old.correct + int(knew_it)
+    )
 
 
 def sessions_until_due(state: CardState | None, session: int) -> int:
@@ -91,14 +93,20 @@ class Progress:
         return counts
 
     def to_json(self) -> dict:
-        return {"version": FORMAT_VERSION, "sessions": self.sessions,
-                "cards": {cid: asdict(s) for cid, s in sorted(self.cards.items())}}
+        return {
+            "version": FORMAT_VERSION,
+            "sessions": self.sessions,
+            "cards": {cid: asdict(s) for cid, s in sorted(self.cards.items())},
+        }
 
     @classmethod
     def from_json(cls, data: object) -> "Progress":
         """Parse and validate; any deviation raises ValueError (the caller backs the file up)."""
-        if not isinstance(data, dict) or type(data.get("version")) is not int \
-                or data["version"] != FORMAT_VERSION:
+        if (
+            not isinstance(data, dict)
+            or type(data.get("version")) is not int
+            or data["version"] != FORMAT_VERSION
+        ):
             raise ValueError(f"not a version-{FORMAT_VERSION} progress file")
         sessions, raw_cards = data.get("sessions"), data.get("cards")
         if type(sessions) is not int or sessions < 0 or not isinstance(raw_cards, dict):
@@ -107,8 +115,12 @@ class Progress:
         for cid, raw in raw_cards.items():
             if not isinstance(raw, dict) or set(raw) != set(CardState.__dataclass_fields__):
                 raise ValueError(f"card {cid!r}: expected fields box, last_session, seen, correct")
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                       for v in raw.values()) or not 1 <= raw["box"] <= N_BOXES:
+            if (
+                not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw.values()
+                )
+                or not 1 <= raw["box"] <= N_BOXES
+            ):
                 raise ValueError(f"card {cid!r}: bad values {raw}")
             cards[cid] = CardState(**raw)
         return cls(sessions=sessions, cards=cards)
@@ -137,8 +149,10 @@ def load_progress(path: str | os.PathLike | None = None) -> Progress:
             n += 1
             backup = p.with_name(f"{p.name}.corrupt-{stamp}-{n}")
         os.replace(p, backup)
-        notice = (f"Your flashcard progress file {p} could not be read ({exc}). It was moved "
-                  f"to {backup} and a fresh progress starts now.")
+        notice = (
+            f"Your flashcard progress file {p} could not be read ({exc}). It was moved "
+            f"to {backup} and a fresh progress starts now."
+        )
         warnings.warn(notice, stacklevel=2)
         return Progress(notice=notice)
 

@@ -13,6 +13,7 @@ ratios such as "ZeRO-3 moves 1.5x the bytes of DDP".
 Only the functions in ``CALC_FUNCTIONS`` can be called; nothing is evaluated from text (no eval,
 no exec, no import by name). Every problem raises ``ValueError`` with a readable message.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -57,8 +58,9 @@ def _megatron_run(params_b: float) -> Any:
     raise ValueError(f"no Narayanan et al. 2021 Table 1 row of {params_b!r}B; rows: {sizes}")
 
 
-def _train_time(n_params: float, tokens: float, n_devices: int, flops_per_device: float,
-                recompute: bool = False) -> float:
+def _train_time(
+    n_params: float, tokens: float, n_devices: int, flops_per_device: float, recompute: bool = False
+) -> float:
     """Seconds to train: flops_per_token(P) * tokens / (n * achieved FLOP/s). With full
     recomputation the forward runs twice: 8P instead of 6P per token (Narayanan et al. 2021,
     Sec. 5.1, "8TP/(nX)")."""
@@ -102,9 +104,16 @@ CALC_FUNCTIONS: dict[str, Callable[..., Any]] = {
 # unit -> (divisor, suffix). Byte units follow calc.units (GB = 1e9, GiB = 2**30).
 UNITS: dict[str, tuple[float, str]] = {
     **{u: (f, f" {u}") for u, f in calc.units.UNITS.items()},
-    "GB/s": (1e9, " GB/s"), "TFLOP/s": (1e12, " TFLOP/s"), "billion": (1e9, " billion"),
-    "s": (1, " s"), "ms": (1e-3, " ms"), "us": (1e-6, " us"), "days": (86400, " days"),
-    "%": (0.01, "%"), "x": (1, "x"), "": (1, ""),
+    "GB/s": (1e9, " GB/s"),
+    "TFLOP/s": (1e12, " TFLOP/s"),
+    "billion": (1e9, " billion"),
+    "s": (1, " s"),
+    "ms": (1e-3, " ms"),
+    "us": (1e-6, " us"),
+    "days": (86400, " days"),
+    "%": (0.01, "%"),
+    "x": (1, "x"),
+    "": (1, ""),
 }
 
 SPEC_KEYS = {"fn", "args", "field", "unit", "digits", "scale", "divide_by"}
@@ -114,8 +123,10 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def normalise_specs(raw: object) -> dict[str, dict]:
     """A card's ``calc`` field -> {placeholder name: spec}; a single spec is named 'value'."""
     if not isinstance(raw, dict) or not raw:
-        raise ValueError("calc must be a mapping: either one spec {fn: ..., args: ...} or "
-                         "named specs {name: {fn: ...}, ...}")
+        raise ValueError(
+            "calc must be a mapping: either one spec {fn: ..., args: ...} or "
+            "named specs {name: {fn: ...}, ...}"
+        )
     if "fn" in raw:
         return {"value": raw}
     for name in raw:
@@ -133,8 +144,10 @@ def compute(spec: object, where: str = "calc") -> float:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(SPEC_KEYS)}")
     name = spec.get("fn")
     if not isinstance(name, str) or name not in CALC_FUNCTIONS:
-        raise ValueError(f"{where}: fn {name!r} is not an allowed calculator; allowed: "
-                         f"{', '.join(sorted(CALC_FUNCTIONS))}")
+        raise ValueError(
+            f"{where}: fn {name!r} is not an allowed calculator; allowed: "
+            f"{', '.join(sorted(CALC_FUNCTIONS))}"
+        )
     fn, args = CALC_FUNCTIONS[name], spec.get("args", {})
     if not isinstance(args, dict):
         raise ValueError(f"{where}: args must be a mapping of keyword arguments, got {args!r}")
@@ -165,14 +178,17 @@ def _read_field(result: Any, field: object, where: str) -> float:
     elif not isinstance(field, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", field):
         raise ValueError(f"{where}: field must be a public attribute name, got {field!r}")
     elif not hasattr(result, field):
-        public = sorted(a for a in dir(result) if not a.startswith("_")
-                        and not callable(getattr(result, a)))
+        public = sorted(
+            a for a in dir(result) if not a.startswith("_") and not callable(getattr(result, a))
+        )
         raise ValueError(f"{where}: result has no field {field!r}; it has: {', '.join(public)}")
     else:
         value = getattr(result, field)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{where}: expected a finite number, got {value!r}; name a numeric "
-                         "'field' of the result")
+        raise ValueError(
+            f"{where}: expected a finite number, got {value!r}; name a numeric "
+            "'field' of the result"
+        )
     return float(value)
 
 
@@ -181,7 +197,9 @@ def render_value(spec: dict, where: str = "calc") -> tuple[float, str]:
     value = compute(spec, where)
     unit, digits = spec.get("unit", ""), spec.get("digits", 1)
     if unit not in UNITS:
-        raise ValueError(f"{where}: unknown unit {unit!r}; use one of {', '.join(map(repr, UNITS))}")
+        raise ValueError(
+            f"{where}: unknown unit {unit!r}; use one of {', '.join(map(repr, UNITS))}"
+        )
     if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 6:
         raise ValueError(f"{where}: digits must be a whole number 0..6, got {digits!r}")
     divisor, suffix = UNITS[unit]
@@ -190,12 +208,15 @@ def render_value(spec: dict, where: str = "calc") -> tuple[float, str]:
 
 def fill(text: str, rendered: dict[str, str], where: str) -> str:
     """Replace {name} placeholders; an unknown name is an error (a typo would show raw braces)."""
+
     def sub(m: re.Match) -> str:
         if m.group(1) not in rendered:
             known = ", ".join(sorted(rendered)) or "none (the card has no calc field)"
-            raise ValueError(f"{where}: placeholder {{{m.group(1)}}} has no calc value; "
-                             f"known: {known}")
+            raise ValueError(
+                f"{where}: placeholder {{{m.group(1)}}} has no calc value; known: {known}"
+            )
         return rendered[m.group(1)]
+
     return PLACEHOLDER.sub(sub, text)
 
 
@@ -211,27 +232,34 @@ def _moe_params(preset: str, n_experts: int | None = None) -> Any:
     from types import SimpleNamespace
 
     if preset not in calc.MOE_PRESETS:
-        raise ValueError(f"unknown MoE preset {preset!r}; choose one of: "
-                         f"{', '.join(calc.MOE_PRESETS)}")
+        raise ValueError(
+            f"unknown MoE preset {preset!r}; choose one of: {', '.join(calc.MOE_PRESETS)}"
+        )
     cfg = calc.MOE_PRESETS[preset]
     if n_experts is not None:
         cfg = dataclasses.replace(cfg, n_experts=n_experts)
     count = calc.moe_param_count(cfg)
-    return SimpleNamespace(total=count.total, active=count.active(),
-                           active_no_embedding=count.active(count_embedding=False),
-                           routed_experts=count.routed_experts)
+    return SimpleNamespace(
+        total=count.total,
+        active=count.active(),
+        active_no_embedding=count.active(count_embedding=False),
+        routed_experts=count.routed_experts,
+    )
 
 
 def _moe_memory(preset: str, ep: int, dp: int = 1, pp: int = 1, zero_stage: int = 0) -> Any:
     """Model-state bytes per rank of a ``calc.MOE_PRESETS`` model under EP x DP x PP (lab 09)."""
     if preset not in calc.MOE_PRESETS:
-        raise ValueError(f"unknown MoE preset {preset!r}; choose one of: "
-                         f"{', '.join(calc.MOE_PRESETS)}")
+        raise ValueError(
+            f"unknown MoE preset {preset!r}; choose one of: {', '.join(calc.MOE_PRESETS)}"
+        )
     return calc.moe_memory_per_rank(calc.MOE_PRESETS[preset], ep, dp, pp, zero_stage)
 
 
-CALC_FUNCTIONS.update({
-    "moe_params": _moe_params,
-    "moe_memory": _moe_memory,
-    "all_to_all_bytes_per_layer": calc.all_to_all_bytes_per_layer,
-})
+CALC_FUNCTIONS.update(
+    {
+        "moe_params": _moe_params,
+        "moe_memory": _moe_memory,
+        "all_to_all_bytes_per_layer": calc.all_to_all_bytes_per_layer,
+    }
+)

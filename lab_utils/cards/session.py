@@ -1,5 +1,6 @@
 """One review session: the queue of due cards, reveal, answer. The widget and the terminal
 quiz are thin views over this class, so its behaviour is tested once, without either."""
+
 from __future__ import annotations
 
 import random
@@ -17,8 +18,14 @@ class ReviewSession:
     deck order, or shuffled with ``seed``. ``limit`` caps the number of cards.
     """
 
-    def __init__(self, cards: Sequence[Card], store: ProgressStore, due_only: bool = True,
-                 limit: int | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        cards: Sequence[Card],
+        store: ProgressStore,
+        due_only: bool = True,
+        limit: int | None = None,
+        seed: int | None = None,
+    ):
         if limit is not None and limit < 1:
             raise ValueError(f"the number of cards must be at least 1, got {limit}")
         self.cards, self.store, self.due_only = list(cards), store, due_only
@@ -30,8 +37,11 @@ class ReviewSession:
 
     def _build_queue(self, limit: int | None, seed: int | None) -> list[Card]:
         session, states = self.store.current_session, self.store.progress.cards
-        cards = [c for c in self.cards
-                 if not self.due_only or sessions_until_due(states.get(c.id), session) == 0]
+        cards = [
+            c
+            for c in self.cards
+            if not self.due_only or sessions_until_due(states.get(c.id), session) == 0
+        ]
         if seed is not None:
             random.Random(seed).shuffle(cards)
         cards.sort(key=lambda c: self.store.progress.box_of(c.id) or 1)  # stable: keeps order
@@ -74,11 +84,14 @@ class ReviewSession:
         if not self.cards:
             return None
         session = self.store.current_session + (1 if self.answered else 0)
-        return min(sessions_until_due(self.store.progress.cards.get(c.id), session)
-                   for c in self.cards)
+        return min(
+            sessions_until_due(self.store.progress.cards.get(c.id), session) for c in self.cards
+        )
 
     def summary(self) -> str:
         if not self.answered:
             return "No card answered yet."
-        return (f"You knew {self.known} of {self.answered} card(s) "
-                f"({100 * self.known / self.answered:.0f}%).")
+        return (
+            f"You knew {self.known} of {self.answered} card(s) "
+            f"({100 * self.known / self.answered:.0f}%)."
+        )

@@ -15,6 +15,7 @@ it prints a join code and the instructor page's URL. Learners join from a notebo
     instructor.html  the page: per question the distribution of guesses, a reveal; per exercise
                      how many passed and the most common mistakes
 """
+
 from lab_utils.classroom.client import join, leave, status
 
 __all__ = ["join", "leave", "status"]

@@ -15,6 +15,7 @@ If the server cannot be reached the notebook goes on exactly as before: it says 
 is offline, keeps the messages (a commit is in ``predictions.json`` anyway) and sends them when the
 server answers again (a background thread retries every few seconds).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 from lab_utils.classroom.messages import PSEUDONYM
 
 ENV = "LAB_CLASS"
-TIMEOUT_S = 2.0        # a request to the server; loopback or the room's network answer in ms
+TIMEOUT_S = 2.0  # a request to the server; loopback or the room's network answer in ms
 RETRY_S = 3.0
 MAX_OUTBOX = 500
 STARTED = time.time()  # with LAB_CLASS, commits from this process on are sent
@@ -46,8 +47,8 @@ class Membership:
     code: str
     pseudonym: str
     joined_at: float = field(default_factory=time.time)
-    sent: dict = field(default_factory=dict)          # prediction key -> entry as last sent
-    outbox: list = field(default_factory=list)        # (path, message) not yet delivered
+    sent: dict = field(default_factory=dict)  # prediction key -> entry as last sent
+    outbox: list = field(default_factory=list)  # (path, message) not yet delivered
     offline: bool = False
     told_offline: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,9 +61,11 @@ _env_tried = False
 
 def post(url: str, code: str, path: str, msg: dict) -> dict:
     """POST one message; ClassError if refused, OSError if the server cannot be reached."""
-    req = urllib.request.Request(url.rstrip("/") + path, data=json.dumps(msg).encode(),
-                                 headers={"Content-Type": "application/json",
-                                          "X-Class-Code": code})
+    req = urllib.request.Request(
+        url.rstrip("/") + path,
+        data=json.dumps(msg).encode(),
+        headers={"Content-Type": "application/json", "X-Class-Code": code},
+    )
     try:
         with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
             return json.loads(resp.read())
@@ -80,18 +83,22 @@ def join(url: str, code: str, pseudonym: str) -> Membership:
     if not re.fullmatch(r"https?://[^\s/]+/?", url or ""):
         raise ValueError(f"url must look like 'http://10.0.0.5:8765', got {url!r}")
     if not isinstance(pseudonym, str) or not PSEUDONYM.fullmatch(pseudonym.strip()):
-        raise ValueError(f"pseudonym must be 1-32 letters, digits or ' _.-' (no real name "
-                         f"needed), got {pseudonym!r}")
+        raise ValueError(
+            f"pseudonym must be 1-32 letters, digits or ' _.-' (no real name "
+            f"needed), got {pseudonym!r}"
+        )
     member = Membership(url.rstrip("/"), str(code).strip().upper(), pseudonym.strip())
     try:
         post(member.url, member.code, "/api/join", {"pseudonym": member.pseudonym})
-        print(f"joined the class as {member.pseudonym!r}: your commits and exercise results "
-              "are shared with the instructor (classroom.leave() stops it)")
+        print(
+            f"joined the class as {member.pseudonym!r}: your commits and exercise results "
+            "are shared with the instructor (classroom.leave() stops it)"
+        )
         _member = member
-    except OSError:   # unreachable: joined here all the same, the server hears of it later
+    except OSError:  # unreachable: joined here all the same, the server hears of it later
         member.offline = True
         member.outbox.append(("/api/join", {"pseudonym": member.pseudonym}))
-        _member = member   # before the retry thread starts: it runs while this is the member
+        _member = member  # before the retry thread starts: it runs while this is the member
         _say_offline(member)
         _retry_later(member)
     return member
@@ -107,9 +114,12 @@ def leave() -> None:
     try:
         post(member.url, member.code, "/api/leave", {"pseudonym": member.pseudonym})
     except (OSError, ClassError):
-        pass   # leaving works offline too: nothing more will be sent
-    print(f"left the class; {len(member.outbox)} unsent message(s) dropped" if member.outbox
-          else "left the class")
+        pass  # leaving works offline too: nothing more will be sent
+    print(
+        f"left the class; {len(member.outbox)} unsent message(s) dropped"
+        if member.outbox
+        else "left the class"
+    )
 
 
 def status() -> str:
@@ -123,13 +133,16 @@ def current() -> Membership | None:
     """The membership (joining from LAB_CLASS on first use), or None: then nothing is sent."""
     global _env_tried
     if _member is None and os.environ.get(ENV) and not _env_tried:
-        _env_tried = True   # a bad LAB_CLASS is reported once, and never breaks a commit
+        _env_tried = True  # a bad LAB_CLASS is reported once, and never breaks a commit
         parts = urlsplit(os.environ[ENV])
         query = parse_qs(parts.query)
         try:
-            member = join(f"{parts.scheme}://{parts.netloc}", (query.get("code") or [""])[0],
-                          (query.get("name") or [""])[0])
-            member.joined_at = STARTED   # the variable was set before this Python started
+            member = join(
+                f"{parts.scheme}://{parts.netloc}",
+                (query.get("code") or [""])[0],
+                (query.get("name") or [""])[0],
+            )
+            member.joined_at = STARTED  # the variable was set before this Python started
         except (ValueError, ClassError) as exc:
             print(f"class: not joined from {ENV}={os.environ[ENV]!r}: {exc}")
     return _member
@@ -148,9 +161,15 @@ def predictions_saved(store: dict) -> None:
             continue
         if member.sent.get(key) != entry:
             member.sent[key] = dict(entry)
-            msg = {"pseudonym": member.pseudonym, "key": key, **{
-                k: entry.get(k) for k in ("question", "unit", "guess", "formula", "measured",
-                                          "answer")}, "choices": entry.get("choices", [])}
+            msg = {
+                "pseudonym": member.pseudonym,
+                "key": key,
+                **{
+                    k: entry.get(k)
+                    for k in ("question", "unit", "guess", "formula", "measured", "answer")
+                },
+                "choices": entry.get("choices", []),
+            }
             _send(member, "/api/prediction", msg)
 
 
@@ -158,8 +177,16 @@ def exercise_checked(name: str, passed: bool, message: str) -> None:
     """Called with each exercise verdict the learner sees."""
     member = current()
     if member is not None:
-        _send(member, "/api/result", {"pseudonym": member.pseudonym, "exercise": name,
-                                      "passed": passed, "misconception": misconception(message)})
+        _send(
+            member,
+            "/api/result",
+            {
+                "pseudonym": member.pseudonym,
+                "exercise": name,
+                "passed": passed,
+                "misconception": misconception(message),
+            },
+        )
 
 
 def misconception(message: str) -> str:
@@ -189,7 +216,7 @@ def _flush(member: Membership) -> None:
             try:
                 post(member.url, member.code, path, msg)
             except ClassError as exc:
-                print(f"class: {exc}")   # refused for good (a closed question): not resent
+                print(f"class: {exc}")  # refused for good (a closed question): not resent
             except OSError:
                 member.offline = True
                 return
@@ -200,8 +227,10 @@ def _flush(member: Membership) -> None:
 def _say_offline(member: Membership) -> None:
     if not member.told_offline:
         member.told_offline = True
-        print(f"the class server at {member.url} is offline: your notebook works as usual and "
-              "your commits will be sent when it is back")
+        print(
+            f"the class server at {member.url} is offline: your notebook works as usual and "
+            "your commits will be sent when it is back"
+        )
 
 
 def _retry_later(member: Membership) -> None:

@@ -5,20 +5,20 @@ holds ``burst`` tokens and refills at ``per_second``; each request takes one, an
 finds the bucket empty is refused (HTTP 429) with the rate in the message. A loop gone wrong in
 one notebook (or a learner testing the server) then costs the others nothing.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 
 BURST, PER_SECOND = 20, 2.0
-MAX_BUCKETS = 5000       # bounded memory: oldest buckets are dropped beyond this
+MAX_BUCKETS = 5000  # bounded memory: oldest buckets are dropped beyond this
 
 
 class RateLimit:
-    def __init__(self, burst: int = BURST, per_second: float = PER_SECOND,
-                 clock=time.monotonic):
+    def __init__(self, burst: int = BURST, per_second: float = PER_SECOND, clock=time.monotonic):
         self.burst, self.per_second, self.clock = burst, per_second, clock
-        self._buckets: dict[str, tuple[float, float]] = {}   # who -> (tokens, when)
+        self._buckets: dict[str, tuple[float, float]] = {}  # who -> (tokens, when)
         self._lock = threading.Lock()
 
     def allow(self, who: str) -> bool:

@@ -5,16 +5,17 @@ missing, of the wrong type or too long is refused with a ``BadMessage`` naming t
 notebook (or the instructor reading the server's log) knows what to fix. The only identity kept is
 the pseudonym the learner chose: no name, e-mail or address is asked for or stored.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from typing import Any
 
-MAX_BODY_BYTES = 4096          # one prediction or result is ~300 bytes
+MAX_BODY_BYTES = 4096  # one prediction or result is ~300 bytes
 PSEUDONYM = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.-]{0,31}")
-QUESTION_KEY = re.compile(r"\d{2}\.[a-z0-9_]{1,60}")   # predict()'s "<lab>.<name>"
-EXERCISE = re.compile(r"[a-z][a-z0-9_]{0,60}")          # an exercise name (check_<name>)
+QUESTION_KEY = re.compile(r"\d{2}\.[a-z0-9_]{1,60}")  # predict()'s "<lab>.<name>"
+EXERCISE = re.compile(r"[a-z][a-z0-9_]{0,60}")  # an exercise name (check_<name>)
 MAX_TEXT = {"question": 300, "unit": 30, "choice": 60, "misconception": 200}
 MAX_CHOICES = 8
 
@@ -55,10 +56,13 @@ def prediction(msg: dict) -> dict:
     if not isinstance(choices, list) or len(choices) > MAX_CHOICES:
         raise BadMessage(f"'choices' must be a list of at most {MAX_CHOICES} strings")
     choices = [text({"choice": c}, "choice", MAX_TEXT["choice"]) for c in choices]
-    out = {"pseudonym": pseudonym(msg),
-           "key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"),
-           "question": text(msg, "question", MAX_TEXT["question"]),
-           "unit": text(msg, "unit", MAX_TEXT["unit"], required=False), "choices": choices}
+    out = {
+        "pseudonym": pseudonym(msg),
+        "key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"),
+        "question": text(msg, "question", MAX_TEXT["question"]),
+        "unit": text(msg, "unit", MAX_TEXT["unit"], required=False),
+        "choices": choices,
+    }
     guess = msg.get("guess")
     if choices or isinstance(guess, str):
         # a multiple-choice guess (predictions.json keeps the guess, not the list of choices)
@@ -80,11 +84,12 @@ def result(msg: dict) -> dict:
     passed = msg.get("passed")
     if not isinstance(passed, bool):
         raise BadMessage(f"'passed' must be true or false, got {str(passed)[:40]!r}")
-    return {"pseudonym": pseudonym(msg),
-            "exercise": matching(msg, "exercise", EXERCISE, "ring_all_reduce"),
-            "passed": passed,
-            "misconception": "" if passed else text(msg, "misconception",
-                                                    MAX_TEXT["misconception"])}
+    return {
+        "pseudonym": pseudonym(msg),
+        "exercise": matching(msg, "exercise", EXERCISE, "ring_all_reduce"),
+        "passed": passed,
+        "misconception": "" if passed else text(msg, "misconception", MAX_TEXT["misconception"]),
+    }
 
 
 def question_action(msg: dict) -> dict:
@@ -97,7 +102,13 @@ def question_action(msg: dict) -> dict:
     if value is not None and action != "reveal":
         raise BadMessage("'value' goes with the reveal action only")
     if value is not None:
-        value = text(msg, "value", MAX_TEXT["choice"]) if isinstance(value, str) \
+        value = (
+            text(msg, "value", MAX_TEXT["choice"])
+            if isinstance(value, str)
             else number(value, "value")
-    return {"key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"), "action": action,
-            "value": value}
+        )
+    return {
+        "key": matching(msg, "key", QUESTION_KEY, "05.zero2_bytes"),
+        "action": action,
+        "value": value,
+    }

@@ -22,6 +22,7 @@ many.
     GET  /api/events     server-sent events: the room, again after each change (<= 10 per second)
     POST /api/question   {"key", "action": open | close | reveal | hide, "value"}  (instructor)
 """
+
 from __future__ import annotations
 
 import hmac
@@ -37,27 +38,34 @@ from lab_utils.classroom import messages
 from lab_utils.classroom.limits import RateLimit
 from lab_utils.classroom.store import ClassStore, Refused
 
-EVENT_GAP_S = 0.1      # an event stream sends at most one update per gap: a burst is coalesced
-KEEPALIVE_S = 15.0     # an idle stream gets a comment line this often (proxies close silent ones)
-MAX_PAGES = 8          # open instructor pages (each holds a thread)
+EVENT_GAP_S = 0.1  # an event stream sends at most one update per gap: a burst is coalesced
+KEEPALIVE_S = 15.0  # an idle stream gets a comment line this often (proxies close silent ones)
+MAX_PAGES = 8  # open instructor pages (each holds a thread)
 LEARNER_ROUTES: dict[str, Callable[[dict], dict]] = {
     "/api/join": lambda m: {"pseudonym": messages.pseudonym(m)},
     "/api/leave": lambda m: {"pseudonym": messages.pseudonym(m)},
-    "/api/prediction": messages.prediction, "/api/result": messages.result}
+    "/api/prediction": messages.prediction,
+    "/api/result": messages.result,
+}
 
 
 class ClassServer(ThreadingHTTPServer):
     """An HTTP server bound to one ``ClassStore``; ``changed()`` wakes the event streams."""
 
     daemon_threads = True
-    request_queue_size = 256   # the whole room may commit in the same second (socketserver: 5)
+    request_queue_size = 256  # the whole room may commit in the same second (socketserver: 5)
 
-    def __init__(self, store: ClassStore, host: str = "127.0.0.1", port: int = 8765,
-                 rate: RateLimit | None = None):
+    def __init__(
+        self,
+        store: ClassStore,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        rate: RateLimit | None = None,
+    ):
         super().__init__((host, port), Handler)
         self.store = store
         self.rate = rate or RateLimit()
-        self.bad_code = RateLimit(burst=20, per_second=1.0)   # guessing the code, per address
+        self.bad_code = RateLimit(burst=20, per_second=1.0)  # guessing the code, per address
         self.version = 0
         self.stopping = False
         self.pages = 0
@@ -86,7 +94,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
-        pass   # no access log: it would keep every learner's address
+        pass  # no access log: it would keep every learner's address
 
     # ------------------------------------------------------------------ answers
     def reply(self, status: int, body: dict | str, ctype: str = "application/json") -> None:
@@ -108,8 +116,9 @@ class Handler(BaseHTTPRequestHandler):
         return self.headers.get(header) or (query.get(name) or [""])[0]
 
     def has_code(self) -> bool:
-        if hmac.compare_digest(self.param("code", "X-Class-Code").encode(),
-                               self.server.store.code.encode()):
+        if hmac.compare_digest(
+            self.param("code", "X-Class-Code").encode(), self.server.store.code.encode()
+        ):
             return True
         if not self.server.bad_code.allow(self.client_address[0]):
             self.error(429, "too many wrong class codes from this address: wait a minute")
@@ -118,8 +127,10 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def is_instructor(self) -> bool:
-        if hmac.compare_digest(self.param("token", "X-Instructor-Token").encode(),
-                               self.server.store.instructor_token.encode()):
+        if hmac.compare_digest(
+            self.param("token", "X-Instructor-Token").encode(),
+            self.server.store.instructor_token.encode(),
+        ):
             return True
         self.error(403, "this needs the instructor token (the server printed the page's URL)")
         return False
@@ -162,8 +173,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
             checked = LEARNER_ROUTES[route](msg)
             if not self.server.rate.allow(checked["pseudonym"]):
-                return self.error(429, f"too many requests from {checked['pseudonym']!r}: "
-                                       f"{self.server.rate.describe()}")
+                return self.error(
+                    429,
+                    f"too many requests from {checked['pseudonym']!r}: "
+                    f"{self.server.rate.describe()}",
+                )
             self.learner(route, checked)
         except messages.BadMessage as exc:
             self.error(400, str(exc))
@@ -172,10 +186,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def learner(self, route: str, msg: dict) -> None:
         store = self.server.store
-        {"/api/join": lambda: store.join(msg["pseudonym"]),
-         "/api/leave": lambda: store.leave(msg["pseudonym"]),
-         "/api/prediction": lambda: store.add_prediction(msg),
-         "/api/result": lambda: store.add_result(msg)}[route]()
+        {
+            "/api/join": lambda: store.join(msg["pseudonym"]),
+            "/api/leave": lambda: store.leave(msg["pseudonym"]),
+            "/api/prediction": lambda: store.add_prediction(msg),
+            "/api/result": lambda: store.add_result(msg),
+        }[route]()
         self.server.changed()
         self.reply(200, {"ok": True})
 
@@ -222,7 +238,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(EVENT_GAP_S)
         except (BrokenPipeError, ConnectionResetError):
-            pass   # the page was closed
+            pass  # the page was closed
         finally:
             with srv.cond:
                 srv.pages -= 1
@@ -232,14 +248,22 @@ def serve(db: str, host: str = "127.0.0.1", port: int = 8765, out=print) -> None
     """Run the class server until Ctrl-C (``python -m lab_utils class serve``)."""
     store = ClassStore(db)
     server = ClassServer(store, host, port)
-    url = server.url if host not in ("0.0.0.0", "::") else f"http://<this machine's address>:" \
-                                                          f"{server.server_address[1]}"
+    url = (
+        server.url
+        if host not in ("0.0.0.0", "::")
+        else f"http://<this machine's address>:{server.server_address[1]}"
+    )
     out(f"class server on {server.url}  (database: {store.path})")
     out(f"join code: {store.code}")
-    out(f"learners:  from lab_utils import classroom; classroom.join({url!r}, {store.code!r}, "
-        "'<a pseudonym>')")
-    out(f"instructor page (keep the token private): "
-        f"{url}/instructor?code={store.code}&token={store.instructor_token}", flush=True)
+    out(
+        f"learners:  from lab_utils import classroom; classroom.join({url!r}, {store.code!r}, "
+        "'<a pseudonym>')"
+    )
+    out(
+        f"instructor page (keep the token private): "
+        f"{url}/instructor?code={store.code}&token={store.instructor_token}",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -21,6 +21,7 @@ A reference that is itself non-finite is reported as "reference failed", not as 
 nothing to compare against. A configuration whose pieces cannot be reassembled raises
 LayoutError naming the tensor and the layout.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -55,9 +56,12 @@ class BisectReport:
 
     def __str__(self) -> str:
         where = " before it" if self.divergence else ""
-        lines = [f"{self.case}: {self.verdict}" + (f" at {self.op}" if self.op else "")
-                 + f" ({self.n_ops} tensors compared; worst error/bound{where} "
-                 f"{self.worst_ratio:.2g})"]
+        lines = [
+            f"{self.case}: {self.verdict}"
+            + (f" at {self.op}" if self.op else "")
+            + f" ({self.n_ops} tensors compared; worst error/bound{where} "
+            f"{self.worst_ratio:.2g})"
+        ]
         if self.divergence:
             lines.append(f"  {self.divergence}")
         lines += [f"  collectives: {flag}" for flag in self.collective_flags]
@@ -99,8 +103,10 @@ def _collectives(case: Case, per_rank: list[Counts]) -> tuple[dict, list[str]]:
         got = counts.get(tuple(ranks), {}).get(op, 0)
         if got != want:
             kind = "extra" if got > want else "missing"
-            flags.append(f"{op} on group {tuple(ranks)}: {got} calls per rank, the configuration "
-                         f"promises {want} ({kind} {abs(got - want)})")
+            flags.append(
+                f"{op} on group {tuple(ranks)}: {got} calls per rank, the configuration "
+                f"promises {want} ({kind} {abs(got - want)})"
+            )
     return {str(r): ops for r, ops in counts.items()}, flags
 
 
@@ -114,19 +120,23 @@ def _gather(key: str, per_rank: list[RankPieces]) -> tuple[Layout, dict[int, tor
         raise LayoutError(f"tensor {key!r}: rank {first} recorded it without a layout")
     other = [r for r, lay in layouts.items() if lay != layouts[first]]
     if other:
-        raise LayoutError(f"tensor {key!r}: rank {first} declares layout {layouts[first]}, "
-                          f"rank {other[0]} declares {layouts[other[0]]}")
+        raise LayoutError(
+            f"tensor {key!r}: rank {first} declares layout {layouts[first]}, "
+            f"rank {other[0]} declares {layouts[other[0]]}"
+        )
     return layouts[first], {r: t for r, (t, _) in held.items()}
 
 
-def _narrow(key: str, layout: Layout, held: dict[int, torch.Tensor], ref: torch.Tensor,
-            div: Divergence) -> tuple[int, ...]:
+def _narrow(
+    key: str, layout: Layout, held: dict[int, torch.Tensor], ref: torch.Tensor, div: Divergence
+) -> tuple[int, ...]:
     """The ranks whose OWN piece is wrong: a shard of a wrong tensor may be right."""
     expected = split_reference(key, layout, held, ref)
     if expected is None:  # a Partial: the terms of a sum cannot be judged one by one
         return div.ranks
-    wrong = tuple(r for r in div.ranks
-                  if not float((held[r].double() - expected[r]).abs().max()) <= div.bound)
+    wrong = tuple(
+        r for r in div.ranks if not float((held[r].double() - expected[r]).abs().max()) <= div.bound
+    )
     return wrong or div.ranks
 
 
@@ -135,8 +145,14 @@ def _groups_of_size(factor: float | None, per_rank: list[Counts]) -> str:
     if factor is None:
         return ""
     k = round(max(factor, 1 / factor)) if factor else 0
-    groups = sorted({ranks for counts in per_rank for (op, ranks) in counts
-                     if op in REDUCTIONS and len(ranks) == k})
+    groups = sorted(
+        {
+            ranks
+            for counts in per_rank
+            for (op, ranks) in counts
+            if op in REDUCTIONS and len(ranks) == k
+        }
+    )
     return f"; groups of {k} ranks that reduced: {groups}" if groups else ""
 
 
@@ -167,8 +183,9 @@ def judge(case: Case, ref: Recorder, per_rank: list[tuple[RankPieces, Counts]]) 
 @overload
 def bisect(cases: Case, timeout_s: float = ..., quiet: bool = ...) -> BisectReport: ...
 @overload
-def bisect(cases: Sequence[Case], timeout_s: float = ...,
-           quiet: bool = ...) -> list[BisectReport]: ...
+def bisect(
+    cases: Sequence[Case], timeout_s: float = ..., quiet: bool = ...
+) -> list[BisectReport]: ...
 
 
 def bisect(cases, timeout_s: float = 120.0, quiet: bool = True):
@@ -181,8 +198,7 @@ def bisect(cases, timeout_s: float = 120.0, quiet: bool = True):
     reports: dict[int, BisectReport] = {}
     for size in sorted({c.world_size for c in batch}):
         idx = [i for i, c in enumerate(batch) if c.world_size == size]
-        results = run(rank_steps, size, [batch[i] for i in idx], timeout_s=timeout_s,
-                      quiet=quiet)
+        results = run(rank_steps, size, [batch[i] for i in idx], timeout_s=timeout_s, quiet=quiet)
         for j, i in enumerate(idx):
             per_rank = [results[r][j] for r in range(size)]
             reports[i] = judge(batch[i], reference_events(batch[i]), per_rank)

@@ -13,6 +13,7 @@ Both start from ``torch.manual_seed(seed)``. ``reduction_size`` is the n of the 
 (op, the group's global ranks, calls per rank), e.g. ("reduce_scatter", (0, 1, 2, 3), 2) for a
 ZeRO-2 with two units: a count that differs is reported even when every number is right.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,8 +61,8 @@ class Case:
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
-            raise ValueError(f"Case {self.name!r}: world_size must be >= 1, got "
-                             f"{self.world_size}")
+            raise ValueError(f"Case {self.name!r}: world_size must be >= 1, got {self.world_size}")
         if self.reduction_size < 1:
-            raise ValueError(f"Case {self.name!r}: reduction_size must be >= 1, got "
-                             f"{self.reduction_size}")
+            raise ValueError(
+                f"Case {self.name!r}: reduction_size must be >= 1, got {self.reduction_size}"
+            )

@@ -20,6 +20,7 @@ Diagnosis of a tensor beyond the bound, first match wins:
     a different value     a scalar (a loss, a norm) off by no whole factor: another weighting
     differs               anything else (a mask, a wrong shard, wrong data)
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,10 @@ class Divergence:
     factor: float | None = None  # x = factor * reference, when it is a whole multiple or part
 
     def __str__(self) -> str:
-        return (f"{self.op}: ranks {list(self.ranks)}, max |error| {self.max_abs_err:.3g} "
-                f"({self.rel_err:.3g} of max |ref|; bound {self.bound:.3g}): {self.diagnosis}")
+        return (
+            f"{self.op}: ranks {list(self.ranks)}, max |error| {self.max_abs_err:.3g} "
+            f"({self.rel_err:.3g} of max |ref|; bound {self.bound:.3g}): {self.diagnosis}"
+        )
 
 
 def _factor(x: torch.Tensor, ref: torch.Tensor, bound: float) -> float | None:
@@ -71,17 +74,22 @@ def _factor(x: torch.Tensor, ref: torch.Tensor, bound: float) -> float | None:
 
 def _name_factor(k: float) -> str:
     if k > 1 and abs(k - round(k)) < 1e-3 * k:
-        return (f"exactly {round(k)} x the reference: an extra reduction (a SUM where the "
-                f"reference takes a mean over {round(k)} ranks or micro-batches)")
+        return (
+            f"exactly {round(k)} x the reference: an extra reduction (a SUM where the "
+            f"reference takes a mean over {round(k)} ranks or micro-batches)"
+        )
     inv = 1 / k if k else 0
     if inv > 1 and abs(inv - round(inv)) < 1e-3 * inv:
-        return (f"exactly 1/{round(inv)} of the reference: a missing reduction, or a mean "
-                f"taken twice over {round(inv)} ranks or micro-batches")
+        return (
+            f"exactly 1/{round(inv)} of the reference: a missing reduction, or a mean "
+            f"taken twice over {round(inv)} ranks or micro-batches"
+        )
     return f"{k:.4g} x the reference (a scale, not a rounding)"
 
 
-def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dtype,
-            n: int) -> tuple[Divergence | None, float]:
+def compare(
+    op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dtype, n: int
+) -> tuple[Divergence | None, float]:
     """(the divergence or None, the worst error / bound over the replicas)."""
     scale = max(float(ref.abs().max()) if ref.numel() else 0.0, torch.finfo(dtype).tiny)
     bound = error_bound(dtype, n, scale)
@@ -97,9 +105,11 @@ def compare(op: str, ref: torch.Tensor, replicas: list[Replica], dtype: torch.dt
         why = "non-finite values (NaN or inf) where the reference is finite"
     elif any(float((x - x0).abs().max()) > bound for x, _ in replicas):
         good = [r for i, (_, rs) in enumerate(replicas) if i not in bad for r in rs]
-        why = (f"replicas disagree: ranks {good or 'none'} match the reference, ranks "
-               f"{list(ranks)} do not (a missing reduction or sync, or a random stream that "
-               "differs where it must be equal)")
+        why = (
+            f"replicas disagree: ranks {good or 'none'} match the reference, ranks "
+            f"{list(ranks)} do not (a missing reduction or sync, or a random stream that "
+            "differs where it must be equal)"
+        )
     elif (k := _factor(x0, ref, bound)) is not None:
         why, factor = _name_factor(k), k
     elif ref.numel() == 1:

@@ -19,6 +19,7 @@ Ranks that do not hold a tensor (the other pipeline stages) are simply not in it
 whose shape cannot be combined raises LayoutError naming the tensor and the layout, instead of
 comparing tensors of the wrong shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,8 +85,10 @@ class Layout:
 
     def __post_init__(self) -> None:
         if mesh_depth(self.mesh) != len(self.placements):
-            raise ValueError(f"layout mesh {self.mesh} has {mesh_depth(self.mesh)} axes but "
-                             f"{len(self.placements)} placements {self.placements}")
+            raise ValueError(
+                f"layout mesh {self.mesh} has {mesh_depth(self.mesh)} axes but "
+                f"{len(self.placements)} placements {self.placements}"
+            )
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -103,23 +106,29 @@ def replicated(ranks: tuple[int, ...] | list[int]) -> Layout:
 Replica = tuple[torch.Tensor, tuple[int, ...]]  # (the tensor, the ranks it was built from)
 
 
-def reassemble(name: str, layout: Layout, pieces: dict[int, torch.Tensor],
-               shape: torch.Size) -> list[Replica]:
+def reassemble(
+    name: str, layout: Layout, pieces: dict[int, torch.Tensor], shape: torch.Size
+) -> list[Replica]:
     """The full tensor(s) ``name`` from each rank's piece; ``shape`` is the reference's."""
     missing = [r for r in layout.ranks if r not in pieces]
     if missing:
-        raise LayoutError(f"tensor {name!r}, layout {layout}: ranks {missing} recorded no piece "
-                          f"(ranks that did: {sorted(pieces)})")
+        raise LayoutError(
+            f"tensor {name!r}, layout {layout}: ranks {missing} recorded no piece "
+            f"(ranks that did: {sorted(pieces)})"
+        )
     replicas = _combine(name, layout, layout.mesh, layout.placements, pieces, shape)
     for t, ranks in replicas:
         if t.shape != shape:
-            raise LayoutError(f"tensor {name!r}, layout {layout}: ranks {list(ranks)} reassemble "
-                              f"to shape {tuple(t.shape)} but the reference has {tuple(shape)}")
+            raise LayoutError(
+                f"tensor {name!r}, layout {layout}: ranks {list(ranks)} reassemble "
+                f"to shape {tuple(t.shape)} but the reference has {tuple(shape)}"
+            )
     return replicas
 
 
-def _combine(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dict,
-             shape: torch.Size) -> list[Replica]:
+def _combine(
+    name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dict, shape: torch.Size
+) -> list[Replica]:
     if isinstance(mesh, int):
         return [(pieces[mesh].double(), (mesh,))]
     subs = [_combine(name, layout, m, placements[1:], pieces, shape) for m in mesh]
@@ -127,8 +136,7 @@ def _combine(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: d
     if isinstance(place, Replicate):
         return [rep for sub in subs for rep in sub]
     if len({len(s) for s in subs}) != 1:
-        raise LayoutError(f"tensor {name!r}, layout {layout}: unequal replica counts under "
-                          f"{place}")
+        raise LayoutError(f"tensor {name!r}, layout {layout}: unequal replica counts under {place}")
     out = []
     for parts in zip(*subs):
         tensors, ranks = [t for t, _ in parts], tuple(r for _, rs in parts for r in rs)
@@ -136,8 +144,14 @@ def _combine(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: d
     return out
 
 
-def _join(name: str, layout: Layout, place: Placement, tensors: list[torch.Tensor],
-          ranks: tuple[int, ...], shape: torch.Size) -> torch.Tensor:
+def _join(
+    name: str,
+    layout: Layout,
+    place: Placement,
+    tensors: list[torch.Tensor],
+    ranks: tuple[int, ...],
+    shape: torch.Size,
+) -> torch.Tensor:
     shapes = [tuple(t.shape) for t in tensors]
     try:
         if isinstance(place, Shard):
@@ -147,25 +161,31 @@ def _join(name: str, layout: Layout, place: Placement, tensors: list[torch.Tenso
             return total / len(tensors) if place.op == "avg" else total
         flat = torch.cat([t.reshape(-1) for t in tensors])
         if flat.numel() < shape.numel():
-            raise LayoutError(f"tensor {name!r}, layout {layout}: flat shards {shapes} of ranks "
-                              f"{list(ranks)} hold {flat.numel()} elements, fewer than the "
-                              f"reference's {shape.numel()}")
+            raise LayoutError(
+                f"tensor {name!r}, layout {layout}: flat shards {shapes} of ranks "
+                f"{list(ranks)} hold {flat.numel()} elements, fewer than the "
+                f"reference's {shape.numel()}"
+            )
         return flat[: shape.numel()].view(shape)  # drop the padding of the last shard
     except RuntimeError as exc:  # torch.cat / stack on incompatible shapes
-        raise LayoutError(f"tensor {name!r}, layout {layout}: pieces of shapes {shapes} from "
-                          f"ranks {list(ranks)} cannot be combined under {place} ("
-                          f"{str(exc).splitlines()[0]})") from None
+        raise LayoutError(
+            f"tensor {name!r}, layout {layout}: pieces of shapes {shapes} from "
+            f"ranks {list(ranks)} cannot be combined under {place} ("
+            f"{str(exc).splitlines()[0]})"
+        ) from None
 
 
-def split_reference(name: str, layout: Layout, pieces: dict[int, torch.Tensor],
-                    ref: torch.Tensor) -> dict[int, torch.Tensor] | None:
+def split_reference(
+    name: str, layout: Layout, pieces: dict[int, torch.Tensor], ref: torch.Tensor
+) -> dict[int, torch.Tensor] | None:
     """What each rank's piece should have been: the reference cut the way the pieces are
     (None under a Partial placement: a term of a sum cannot be told from the sum)."""
     return _split(name, layout, layout.mesh, layout.placements, pieces, ref)
 
 
-def _split(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dict,
-           ref: torch.Tensor) -> dict[int, torch.Tensor] | None:
+def _split(
+    name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dict, ref: torch.Tensor
+) -> dict[int, torch.Tensor] | None:
     if isinstance(mesh, int):
         return {mesh: ref}
     place = placements[0]
@@ -174,8 +194,7 @@ def _split(name: str, layout: Layout, mesh: Mesh, placements: tuple, pieces: dic
     if isinstance(place, Replicate):
         parts = [ref] * len(mesh)
     else:  # the extent each index covers, from what its ranks really hold
-        extents = [_combine(name, layout, m, placements[1:], pieces, ref.shape)[0][0]
-                   for m in mesh]
+        extents = [_combine(name, layout, m, placements[1:], pieces, ref.shape)[0][0] for m in mesh]
         if isinstance(place, Shard):
             parts = list(ref.split([t.shape[place.dim] for t in extents], dim=place.dim))
         else:

@@ -34,6 +34,7 @@ same operations in the same order can be bitwise; every correct layout must be "
 Launches: every layout runs inside ONE launch of ``world_size`` ranks, on ranks 0..size-1 (the
 others wait); the process groups a layout needs are built once and reused by later layouts.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -95,8 +96,9 @@ class Plan:
         if self.dp_kind not in DP_KINDS:
             raise ValueError(f"Plan.dp_kind must be one of {DP_KINDS}, got {self.dp_kind!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"Plan.schedule must be one of {tuple(SCHEDULES)}, "
-                             f"got {self.schedule!r}")
+            raise ValueError(
+                f"Plan.schedule must be one of {tuple(SCHEDULES)}, got {self.schedule!r}"
+            )
         if self.bug not in ("", "sum"):
             raise ValueError(f"Plan.bug must be '' or 'sum', got {self.bug!r}")
 
@@ -139,13 +141,19 @@ def illegal(layout: Plan, cfg: GPTConfig = CFG, batch: int = BATCH) -> str | Non
         (cfg.n_head % layout.tp, f"tp={layout.tp} does not divide n_head={cfg.n_head}"),
         (layout.pp * v > cfg.n_layer, f"pp={layout.pp} x {v} chunks > n_layer={cfg.n_layer}"),
         (layout.pp > 1 and rows % MICRO, f"{rows} rows per replica: not {MICRO} micro-batches"),
-        (cfg.seq_len % (layout.cp * layout.tp if layout.sp else layout.cp),
-         f"seq_len={cfg.seq_len} not divisible by the sequence shards"),
+        (
+            cfg.seq_len % (layout.cp * layout.tp if layout.sp else layout.cp),
+            f"seq_len={cfg.seq_len} not divisible by the sequence shards",
+        ),
         (layout.sp and layout.tp == 1, "sp needs tp > 1"),
-        (layout.cp > 1 and (layout.tp > 1 or layout.pp > 1),
-         "our CP forward runs whole blocks: cp combines with dp only"),
-        (layout.dp_kind != "ddp" and (layout.tp > 1 or layout.pp > 1 or layout.cp > 1),
-         f"{layout.dp_kind} is applied to whole models here: dp only"),
+        (
+            layout.cp > 1 and (layout.tp > 1 or layout.pp > 1),
+            "our CP forward runs whole blocks: cp combines with dp only",
+        ),
+        (
+            layout.dp_kind != "ddp" and (layout.tp > 1 or layout.pp > 1 or layout.cp > 1),
+            f"{layout.dp_kind} is applied to whole models here: dp only",
+        ),
         (layout.sp and layout.pp > 1, "sp inside a pipeline stage is not built here"),
         (layout.ep > 1 and layout.size != layout.ep, "EP trains the MoE layer on its own here"),
         (MOE_SOURCES % layout.ep, f"ep={layout.ep} does not divide the {MOE_SOURCES} sources"),
@@ -157,25 +165,43 @@ def all_plans(max_ranks: int = 8) -> list[Plan]:
     """Every legal layout within max_ranks: each grid of degrees (powers of 2) with DDP and 1F1B,
     then each dp kind, each schedule and SP on the single-axis grids, then the planted control."""
     pows = [2**i for i in range(int(math.log2(max_ranks)) + 1)]
-    grids = [Plan(*d) for d in itertools.product(pows, repeat=len(AXES))
-             if math.prod(d) <= max_ranks]
+    grids = [
+        Plan(*d) for d in itertools.product(pows, repeat=len(AXES)) if math.prod(d) <= max_ranks
+    ]
     variants = [replace(g, dp_kind=k) for g in grids for k in DP_KINDS[1:] if g.size == g.dp > 1]
-    variants += [replace(g, schedule=s) for g in grids for s in SCHEDULES
-                 if s != "1f1b" and g.size == g.pp > 1]
+    variants += [
+        replace(g, schedule=s)
+        for g in grids
+        for s in SCHEDULES
+        if s != "1f1b" and g.size == g.pp > 1
+    ]
     variants += [replace(g, sp=True) for g in grids if g.size == g.tp > 1]
     out = [lay for lay in grids + variants if illegal(lay) is None]
     return sorted(out, key=lambda lay: lay.size) + [Plan(dp=2, bug="sum")]
 
 
-QUICK_PLANS = (Plan(), Plan(dp=2), Plan(dp=2, dp_kind="zero1"), Plan(dp=2, dp_kind="fsdp"),
-                 Plan(tp=2), Plan(tp=2, sp=True), Plan(pp=2), Plan(pp=2, schedule="zb-h1"),
-                 Plan(cp=2), Plan(ep=2), Plan(dp=2, tp=2), Plan(dp=2, bug="sum"))
+QUICK_PLANS = (
+    Plan(),
+    Plan(dp=2),
+    Plan(dp=2, dp_kind="zero1"),
+    Plan(dp=2, dp_kind="fsdp"),
+    Plan(tp=2),
+    Plan(tp=2, sp=True),
+    Plan(pp=2),
+    Plan(pp=2, schedule="zb-h1"),
+    Plan(cp=2),
+    Plan(ep=2),
+    Plan(dp=2, tp=2),
+    Plan(dp=2, bug="sum"),
+)
 
 
 # ---- the references (one process) ---------------------------------------------------------
 
-def batches(steps: int, cfg: GPTConfig = CFG, batch: int = BATCH) -> list[tuple[torch.Tensor,
-                                                                                   torch.Tensor]]:
+
+def batches(
+    steps: int, cfg: GPTConfig = CFG, batch: int = BATCH
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The global batches every layout and the references train on (the same on every rank)."""
     return token_batches(steps, batch, cfg.seq_len, cfg.vocab_size, seed=1)
 
@@ -191,26 +217,30 @@ def moe_tokens(step: int, sources: range) -> torch.Tensor:
     return torch.cat([tokens_for(MOE, s, step) for s in sources])
 
 
-def reference_weights(steps: int, dtype: torch.dtype, cfg: GPTConfig = CFG,
-                      lr: float = LR) -> dict[str, torch.Tensor]:
+def reference_weights(
+    steps: int, dtype: torch.dtype, cfg: GPTConfig = CFG, lr: float = LR
+) -> dict[str, torch.Tensor]:
     """One process, whole global batch, k plain SGD steps in ``dtype``: the final weights of
     TinyGPT and (names "moe.*") of the MoE layer EP trains (lab 09's, all experts here)."""
     model = TinyGPT(cfg, seed=0).to(dtype)
     for x, y in batches(steps, cfg):
         lm_loss(model(x), y).backward()
         sgd_step(model, lr)
-    moe = MoELayer(MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None,
-                   seed=MOE.seed).to(dtype)
+    moe = MoELayer(MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None, seed=MOE.seed).to(
+        dtype
+    )
     for step in range(steps):
         x = moe_tokens(step, range(MOE_SOURCES)).to(dtype)
         _moe_loss(moe(x).y, x).backward()
         sgd_step(moe, MOE_LR)
-    return ({n: p.detach().clone() for n, p in model.named_parameters()}
-            | {f"moe.{n}": p.detach().clone() for n, p in moe.named_parameters()})
+    return {n: p.detach().clone() for n, p in model.named_parameters()} | {
+        f"moe.{n}": p.detach().clone() for n, p in moe.named_parameters()
+    }
 
 
-def derived_bound(w64: dict[str, torch.Tensor], w0: dict[str, torch.Tensor], steps: int,
-                  n: int) -> dict[str, torch.Tensor]:
+def derived_bound(
+    w64: dict[str, torch.Tensor], w0: dict[str, torch.Tensor], steps: int, n: int
+) -> dict[str, torch.Tensor]:
     """Per-element bound on |w - w64| for a correct float32 layout (the module docstring);
     n: the terms of the longest reduction of one step."""
     gamma = reduction_bound(steps * n)  # n u / (1 - n u), u = 2^-24 (lab_utils.calc)
@@ -231,13 +261,16 @@ class References:
         w64 = reference_weights(steps, torch.float64)
         bad = [k for k, v in w64.items() if not torch.isfinite(v).all()]
         if bad:  # nothing to compare against: say so, rather than call every layout wrong
-            raise ValueError(f"the float64 reference itself failed: non-finite weights in "
-                             f"{bad[:3]} after {steps} steps (lower the learning rate or steps)")
+            raise ValueError(
+                f"the float64 reference itself failed: non-finite weights in "
+                f"{bad[:3]} after {steps} steps (lower the learning rate or steps)"
+            )
         gpt = {k: v for k, v in w64.items() if not k.startswith("moe.")}
         moe = {k: v for k, v in w64.items() if k.startswith("moe.")}
         # n: the tokens a weight gradient sums over, plus the widest dot product
-        bound = (derived_bound(gpt, w0, steps, BATCH * CFG.seq_len + CFG.ff_dim)
-                 | derived_bound(moe, w0, steps, MOE_SOURCES * MOE.tokens + MOE.d_hidden))
+        bound = derived_bound(gpt, w0, steps, BATCH * CFG.seq_len + CFG.ff_dim) | derived_bound(
+            moe, w0, steps, MOE_SOURCES * MOE.tokens + MOE.d_hidden
+        )
         return cls(steps, reference_weights(steps, torch.float32), bound, w64)
 
 
@@ -256,8 +289,10 @@ def compare(weights: dict[str, torch.Tensor], refs: References) -> Compared:
     out = Compared(sorted(weights))
     for name, w in weights.items():
         if w.shape != refs.w32[name].shape:
-            raise ValueError(f"{name}: reassembled {tuple(w.shape)}, the reference has "
-                             f"{tuple(refs.w32[name].shape)}")
+            raise ValueError(
+                f"{name}: reassembled {tuple(w.shape)}, the reference has "
+                f"{tuple(refs.w32[name].shape)}"
+            )
         out.bitwise &= torch.equal(w, refs.w32[name])
         diff = (w.double() - refs.w64[name]).abs()
         ratio = torch.where(diff == 0, 0.0, diff / refs.bound[name])  # 0/0: no error
@@ -268,6 +303,7 @@ def compare(weights: dict[str, torch.Tensor], refs: References) -> Compared:
 
 
 # ---- on the ranks ---------------------------------------------------------------------------
+
 
 class Groups:
     """Process groups by member ranks, built on first use and kept for the launch's later
@@ -317,8 +353,9 @@ def _owned(model: TinyGPT, pp: int, stage: int, v: int) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in mine}
 
 
-def _train_pipeline(lay: Plan, rank: int, groups: Groups, data: list, steps_tag: int
-                    ) -> dict[str, torch.Tensor]:
+def _train_pipeline(
+    lay: Plan, rank: int, groups: Groups, data: list, steps_tag: int
+) -> dict[str, torch.Tensor]:
     topo = Topology(dp=lay.dp, tp=lay.tp, pp=lay.pp)
     c = topo.coords(rank)
     dp_group, tp_group = groups.mine(topo, rank, "dp"), groups.mine(topo, rank, "tp")
@@ -334,10 +371,19 @@ def _train_pipeline(lay: Plan, rank: int, groups: Groups, data: list, steps_tag:
     rows = BATCH // lay.dp // MICRO
     for step, batch in enumerate(data):
         x, y = shard_for_rank(batch, c["dp"], lay.dp)
-        workers = [StageWorker(stages[k], k, lay.pp * v,
-                               *pipeline_neighbours(topo, rank, k, lay.pp * v),
-                               x.chunk(MICRO), y.chunk(MICRO), (rows, CFG.seq_len, CFG.d_model),
-                               tag=(steps_tag + step) * 1024) for k in ids]
+        workers = [
+            StageWorker(
+                stages[k],
+                k,
+                lay.pp * v,
+                *pipeline_neighbours(topo, rank, k, lay.pp * v),
+                x.chunk(MICRO),
+                y.chunk(MICRO),
+                (rows, CFG.seq_len, CFG.d_model),
+                tag=(steps_tag + step) * 1024,
+            )
+            for k in ids
+        ]
         fn(workers if v > 1 else workers[0])
         for w in workers:
             w.finish()
@@ -372,11 +418,17 @@ def _train_dp_tp(lay: Plan, rank: int, groups: Groups, data: list) -> dict[str, 
     model: nn.Module = TinyGPT(CFG, seed=0)
     if lay.tp > 1:
         tensor_parallelize(model, tp_group, lay.sp)
-    zero = (ZeroOptimizer(model, int(lay.dp_kind[-1]), dp_group, "sgd", LR)
-            if lay.dp_kind.startswith("zero") else None)
+    zero = (
+        ZeroOptimizer(model, int(lay.dp_kind[-1]), dp_group, "sgd", LR)
+        if lay.dp_kind.startswith("zero")
+        else None
+    )
     wrapped = FSDP(model, dp_group) if lay.dp_kind == "fsdp" else model
-    ddp = BucketDDP(model, group=dp_group) if lay.dp > 1 and lay.tp == 1 and not lay.bug \
-        and lay.dp_kind == "ddp" else None
+    ddp = (
+        BucketDDP(model, group=dp_group)
+        if lay.dp > 1 and lay.tp == 1 and not lay.bug and lay.dp_kind == "ddp"
+        else None
+    )
     for batch in data:
         x, y = shard_for_rank(batch, c["dp"], lay.dp)
         lm_loss((ddp or wrapped)(x), y).backward()
@@ -404,8 +456,9 @@ def _train_ep(lay: Plan, rank: int, groups: Groups, steps: int) -> dict[str, tor
     all-to-all's backward; the replicated router's are partial sums: one all-reduce (SUM, as
     the loss is already divided by the GLOBAL token count)."""
     group = groups.mine(Topology(dp=lay.size), rank, "dp")
-    moe = ExpertParallelMoE(MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None,
-                            group=group, seed=MOE.seed)
+    moe = ExpertParallelMoE(
+        MOE.d_model, MOE.d_hidden, MOE.n_experts, MOE.top_k, None, group=group, seed=MOE.seed
+    )
     per = MOE_SOURCES // lay.ep
     for step in range(steps):
         x = moe_tokens(step, range(rank * per, (rank + 1) * per))  # (per * T, h)
@@ -414,8 +467,10 @@ def _train_ep(lay: Plan, rank: int, groups: Groups, steps: int) -> dict[str, tor
         sgd_step(moe, MOE_LR)
     out = {f"moe.router.{n}": p.detach() for n, p in moe.router.named_parameters()}
     for j, expert in enumerate(moe.experts):
-        out |= {f"moe.experts.{moe.first_expert + j}.{n}": p.detach()
-                for n, p in expert.named_parameters()}
+        out |= {
+            f"moe.experts.{moe.first_expert + j}.{n}": p.detach()
+            for n, p in expert.named_parameters()
+        }
     return out
 
 
@@ -448,6 +503,7 @@ def matrix_worker(ctx: Any, layouts: list[Plan], refs: References) -> list[Compa
 
 # ---- on the host ----------------------------------------------------------------------------
 
+
 @dataclass
 class Cell:
     """One layout's verdict: over every rank and every parameter of the final weights."""
@@ -468,15 +524,22 @@ def merge(layout: Plan, per_rank: list[Compared | None], names: set[str]) -> Cel
     held = [c for c in per_rank if c is not None]
     missing = names - {n for c in held for n in c.names}
     if missing:
-        raise ValueError(f"layout {layout.name}: no rank compared {sorted(missing)[:3]}...: "
-                         "its reassembly left these parameters out")
+        raise ValueError(
+            f"layout {layout.name}: no rank compared {sorted(missing)[:3]}...: "
+            "its reassembly left these parameters out"
+        )
     bitwise, ratio = all(c.bitwise for c in held), max(c.ratio for c in held)
-    return Cell(layout, verdict(bitwise, ratio), ratio, max(c.err for c in held),
-                max(c.err32 for c in held))
+    return Cell(
+        layout, verdict(bitwise, ratio), ratio, max(c.err for c in held), max(c.err32 for c in held)
+    )
 
 
-def layout_matrix(layouts: list[Plan] | tuple[Plan, ...], steps: int = 3,
-                  world_size: int | None = None, **run_kwargs: Any) -> list[Cell]:
+def layout_matrix(
+    layouts: list[Plan] | tuple[Plan, ...],
+    steps: int = 3,
+    world_size: int | None = None,
+    **run_kwargs: Any,
+) -> list[Cell]:
     """Train every layout ``steps`` SGD steps in ONE launch and judge each against the
     references. world_size defaults to the largest layout's size."""
     from lab_utils import run
@@ -491,9 +554,14 @@ def layout_matrix(layouts: list[Plan] | tuple[Plan, ...], steps: int = 3,
         raise ValueError(f"layouts {too_big} need more than world_size={world} ranks")
     refs = References.build(steps)
     results = run(matrix_worker, world, list(layouts), refs, **run_kwargs)
-    return [merge(lay, [results[r][i] for r in range(world)],
-                  {k for k in refs.w32 if k.startswith("moe.") == (lay.ep > 1)})
-            for i, lay in enumerate(layouts)]
+    return [
+        merge(
+            lay,
+            [results[r][i] for r in range(world)],
+            {k for k in refs.w32 if k.startswith("moe.") == (lay.ep > 1)},
+        )
+        for i, lay in enumerate(layouts)
+    ]
 
 
 def counts(cells: list[Cell]) -> dict[str, int]:

@@ -13,6 +13,7 @@ row shards). A module run several times in a step (gradient accumulation: one ca
 micro-batch) has its outputs concatenated along dim 0, the batch dim; a loss recorded several
 times is summed. Events are keyed "forward NAME", "loss", "grad NAME", "value NAME".
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,13 @@ class Recorder:
         else:
             old.tensor = t
 
-    def watch(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "",
-              rename: Rename | None = None) -> None:
+    def watch(
+        self,
+        model: nn.Module,
+        layout: LayoutFor | None = None,
+        prefix: str = "",
+        rename: Rename | None = None,
+    ) -> None:
         """Record every submodule's forward output (and the root's, named ``prefix`` without its
         dot, when a prefix is given); the reference also notes the order of the gradients.
         ``rename`` maps a name here to the reference's (an EP rank's local expert 0 is global
@@ -82,14 +88,19 @@ class Recorder:
         for name, module in model.named_modules():
             full = _renamed(prefix + name if name else prefix.rstrip("."), rename)
             if full:  # the root only when prefixed
-                self._handles.append(module.register_forward_hook(
-                    lambda _m, _a, out, key=f"forward {full}", n=full:
-                    self._forward(key, out, _layout(layout, n))))
+                self._handles.append(
+                    module.register_forward_hook(
+                        lambda _m, _a, out, key=f"forward {full}", n=full: self._forward(
+                            key, out, _layout(layout, n)
+                        )
+                    )
+                )
         for name, p in model.named_parameters() if self.reference else ():
             full = _renamed(prefix + name, rename)
             if p.requires_grad and full:
-                self._handles.append(p.register_post_accumulate_grad_hook(
-                    lambda _p, n=full: self._grad_arrived(n)))
+                self._handles.append(
+                    p.register_post_accumulate_grad_hook(lambda _p, n=full: self._grad_arrived(n))
+                )
 
     def _forward(self, key: str, out: Any, layout: Layout | None) -> None:
         t = _first_tensor(out)
@@ -109,14 +120,23 @@ class Recorder:
     def grad(self, name: str, t: torch.Tensor, layout: Layout | None = None) -> None:
         self._put(f"grad {name}", t, layout, "last")
 
-    def grads(self, model: nn.Module, layout: LayoutFor | None = None, prefix: str = "",
-              rename: Rename | None = None) -> None:
+    def grads(
+        self,
+        model: nn.Module,
+        layout: LayoutFor | None = None,
+        prefix: str = "",
+        rename: Rename | None = None,
+    ) -> None:
         """Every parameter's .grad now, in the order backward produced them (where known)."""
-        named = [(_renamed(prefix + n, rename), p) for n, p in model.named_parameters()
-                 if p.grad is not None]
+        named = [
+            (_renamed(prefix + n, rename), p)
+            for n, p in model.named_parameters()
+            if p.grad is not None
+        ]
         rank = {n: i for i, n in enumerate(self.grad_order)}
-        for name, p in sorted(((n, p) for n, p in named if n),
-                              key=lambda np: rank.get(np[0], len(rank))):
+        for name, p in sorted(
+            ((n, p) for n, p in named if n), key=lambda np: rank.get(np[0], len(rank))
+        ):
             self.grad(name, p.grad, _layout(layout, name))
 
     def close(self) -> None:

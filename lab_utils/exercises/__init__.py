@@ -8,21 +8,46 @@
 Exercise modules in this package are found automatically (pkgutil) the first time an
 exercise is looked up, so importing this package stays cheap.
 """
+
 from __future__ import annotations
 
 from functools import partial
 from typing import Any
 
-from lab_utils.exercises._core import (DISCOVERY_ERRORS, CheckResult, Exercise, Verdict,
-                                       compare_tensors, discover, get, list_exercises, register,
-                                       show_solution)
+from lab_utils.exercises._core import (
+    DISCOVERY_ERRORS,
+    CheckResult,
+    Exercise,
+    Verdict,
+    compare_tensors,
+    discover,
+    get,
+    list_exercises,
+    register,
+    show_solution,
+)
 from lab_utils.exercises._run import check, check_many
 from lab_utils.exercises.predict import Prediction, predict
 from lab_utils.exercises.prediction_store import history, history_html
 
-__all__ = ["Exercise", "Verdict", "CheckResult", "register", "discover", "get", "check",
-           "check_many", "show_solution", "list_exercises", "compare_tensors",
-           "DISCOVERY_ERRORS", "predict", "Prediction", "history", "history_html"]
+__all__ = [
+    "Exercise",
+    "Verdict",
+    "CheckResult",
+    "register",
+    "discover",
+    "get",
+    "check",
+    "check_many",
+    "show_solution",
+    "list_exercises",
+    "compare_tensors",
+    "DISCOVERY_ERRORS",
+    "predict",
+    "Prediction",
+    "history",
+    "history_html",
+]
 
 
 def __getattr__(attr: str) -> Any:

@@ -67,6 +67,7 @@ Learner-facing API (re-exported by ``lab_utils.exercises``):
     show_solution(name); list_exercises(lab=None); get(name)
     CheckResult(passed, message, details, name)
 """
+
 from __future__ import annotations
 
 import importlib
@@ -125,14 +126,18 @@ class Exercise:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
-            raise ValueError(f"exercise name {self.name!r} must be a lower_case identifier "
-                             "(it becomes check_<name>)")
+            raise ValueError(
+                f"exercise name {self.name!r} must be a lower_case identifier "
+                "(it becomes check_<name>)"
+            )
         for what in ("check", "reference"):
             if not callable(getattr(self, what)):
                 raise TypeError(f"Exercise {self.name!r}: {what} must be callable")
         if not self.wrong or not all(callable(f) for f in self.wrong.values()):
-            raise ValueError(f"Exercise {self.name!r}: give at least one known-wrong "
-                             "implementation in wrong={description: callable}")
+            raise ValueError(
+                f"Exercise {self.name!r}: give at least one known-wrong "
+                "implementation in wrong={description: callable}"
+            )
         if not isinstance(self.world_size, int) or self.world_size < 1:
             raise ValueError(f"Exercise {self.name!r}: world_size must be a positive int")
 
@@ -155,8 +160,10 @@ def register(exercise: Exercise) -> Exercise:
     """Add an exercise to the registry (call it at the bottom of the exercise module)."""
     old = _REGISTRY.get(exercise.name)
     if old is not None and old.check.__module__ != exercise.check.__module__:
-        raise ValueError(f"exercise {exercise.name!r} is already registered by "
-                         f"{old.check.__module__}; pick another name")
+        raise ValueError(
+            f"exercise {exercise.name!r} is already registered by "
+            f"{old.check.__module__}; pick another name"
+        )
     _REGISTRY[exercise.name] = exercise
     return exercise
 
@@ -210,7 +217,7 @@ def _imports_needed(funcs: tuple[Callable, ...]) -> list[str]:
     lines = []
     for f in funcs:
         code, module = getattr(f, "__code__", None), getattr(f, "__module__", "")
-        for n in (code.co_names if code else ()):
+        for n in code.co_names if code else ():
             value = f.__globals__.get(n)
             if value is None or n in shown or inspect.ismodule(value):
                 continue
@@ -238,12 +245,16 @@ def raised_in(exc: Exception, wrong_group: bool = False) -> str:
     first = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
     text = str(exc)
     if wrong_group and ("size" in text or "shape" in text):
-        return (f"wrong group: {first}. The same code ran on the whole world but not on a "
-                "sub-group: a collective ran on the default group (every rank), whose size does "
-                "not fit this group's buffers; pass group=group to every collective")
+        return (
+            f"wrong group: {first}. The same code ran on the whole world but not on a "
+            "sub-group: a collective ran on the default group (every rank), whose size does "
+            "not fit this group's buffers; pass group=group to every collective"
+        )
     if "size" in text or "shape" in text:
-        return (f"{first} (a buffer of the wrong size: an all-gather's output is K times its "
-                "input, a reduce-scatter's output 1/K of it, K = the size of the group given)")
+        return (
+            f"{first} (a buffer of the wrong size: an all-gather's output is K times its "
+            "input, a reduce-scatter's output 1/K of it, K = the size of the group given)"
+        )
     return f"{first} (raised inside your function)"
 
 
@@ -259,9 +270,14 @@ def first_problem(problem: str | None, group: Any = None) -> tuple[int, str] | N
 
 
 # ---------------------------------------------------------------- helpers for check authors
-def compare_tensors(got: Any, expected: torch.Tensor, what: str = "result",
-                    rtol: float = 1e-5, atol: float = 1e-6,
-                    unchanged: torch.Tensor | None = None) -> str | None:
+def compare_tensors(
+    got: Any,
+    expected: torch.Tensor,
+    what: str = "result",
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    unchanged: torch.Tensor | None = None,
+) -> str | None:
     """None if ``got`` matches ``expected``; otherwise one sentence saying what differs.
 
     Recognises: not a tensor / None (forgot to return?), wrong shape or dtype, NaN/inf,
@@ -274,7 +290,7 @@ def compare_tensors(got: Any, expected: torch.Tensor, what: str = "result",
     if not isinstance(got, torch.Tensor):
         return f"the {what} should be a torch.Tensor, got {type(got).__name__}"
     if tuple(got.shape) != tuple(expected.shape):
-        return (f"the {what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}")
+        return f"the {what} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
     if got.dtype != expected.dtype:
         return f"the {what} has dtype {got.dtype}, expected {expected.dtype}"
     got_d, exp_d = got.detach().cpu(), expected.detach().cpu()
@@ -289,11 +305,15 @@ def compare_tensors(got: Any, expected: torch.Tensor, what: str = "result",
         ratios = got_d[nonzero] / exp_d[nonzero]
         k = ratios.mean().item()
         if torch.allclose(ratios, torch.full_like(ratios, k), rtol=1e-4) and abs(k) > 1e-12:
-            return (f"the {what} is {k:.4g} x the expected values everywhere: a missing or "
-                    "extra division (sum vs mean?) or a step applied the wrong number of times")
+            return (
+                f"the {what} is {k:.4g} x the expected values everywhere: a missing or "
+                "extra division (sum vs mean?) or a step applied the wrong number of times"
+            )
     wrong = ~torch.isclose(got_d, exp_d, rtol=rtol, atol=atol)
     first = tuple(int(i) for i in wrong.nonzero()[0])
     frac = wrong.float().mean().item()
-    return (f"{frac:.0%} of the {what}'s elements differ (first at index {first}: got "
-            f"{got_d[first].item():.6g}, expected {exp_d[first].item():.6g}; max abs diff "
-            f"{(got_d - exp_d).abs().max().item():.3g})")
+    return (
+        f"{frac:.0%} of the {what}'s elements differ (first at index {first}: got "
+        f"{got_d[first].item():.6g}, expected {exp_d[first].item():.6g}; max abs diff "
+        f"{(got_d - exp_d).abs().max().item():.3g})"
+    )

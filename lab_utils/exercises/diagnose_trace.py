@@ -14,6 +14,7 @@ trace shows against that reading (the misconception, named); a right cause with 
 does not show it is rejected too. ``grade(case, cause, field)`` grades one typed answer (the
 notebook draws one case at random).
 """
+
 from __future__ import annotations
 
 from lab_utils.exercises._core import Exercise, Verdict, register
@@ -22,8 +23,8 @@ from lab_utils.models import GPTConfig
 from lab_utils.profiling import FIELDS, Evidence
 
 CAUSES = PROBLEMS + ("healthy", "slow_network")
-CFG, BATCH, STEPS = GPTConfig(), 2, 1      # the run every problem is injected into
-CASES = PROBLEMS   # the configurations the grader runs: one run per injected problem
+CFG, BATCH, STEPS = GPTConfig(), 2, 1  # the run every problem is injected into
+CASES = PROBLEMS  # the configurations the grader runs: one run per injected problem
 SHOWS = {  # problem -> the evidence fields that show it
     "straggler": ("slowest_rank", "compute_spread", "gap_cause"),
     "data_stall": ("loader_ms_per_step", "gap_cause"),
@@ -83,23 +84,23 @@ def _misreading(truth: str, cause: str, ev: Evidence) -> str:
     """What the trace says against answering ``cause`` when ``truth`` was injected."""
     what = {
         "straggler": f"rank {ev.slowest_rank} computes {ev.compute_spread:.1f}x as long as "
-                     f"the fastest rank and the others wait for it ({ev.gap_cause}): ONE rank "
-                     "is slow, the collectives only make everyone wait for it",
+        f"the fastest rank and the others wait for it ({ev.gap_cause}): ONE rank "
+        "is slow, the collectives only make everyone wait for it",
         "data_stall": f"every rank spends {ev.loader_ms_per_step:.0f} ms per step inside "
-                      "enumerate(DataLoader) with no operator running: the GPUs (here, cores) "
-                      "wait for input on all ranks alike, which no faster network or rank fixes",
+        "enumerate(DataLoader) with no operator running: the GPUs (here, cores) "
+        "wait for input on all ranks alike, which no faster network or rank fixes",
         "big_bucket": f"{ev.all_reduces_per_step:.0f} all-reduce per step, after backward "
-                      f"(overlap {ev.overlap_fraction:.0%}): the bucket holds every gradient, so "
-                      "the transfer cannot start while backward still computes. The network is "
-                      "not slow; the communication is EXPOSED",
+        f"(overlap {ev.overlap_fraction:.0%}): the bucket holds every gradient, so "
+        "the transfer cannot start while backward still computes. The network is "
+        "not slow; the communication is EXPOSED",
         "host_sync": f"{ev.item_calls_per_step:.0f} aten::item calls per step (a healthy step "
-                     "has 1, the logged loss): each .item() is a host sync; on a GPU the CPU "
-                     "stops there until the device queue drains, on this CPU it costs little, "
-                     "so the count is the evidence, not the time",
+        "has 1, the logged loss): each .item() is a host sync; on a GPU the CPU "
+        "stops there until the device queue drains, on this CPU it costs little, "
+        "so the count is the evidence, not the time",
         "recompile": f"{ev.compiles_per_step:.0f} Dynamo compilations per step "
-                     "(entire_frame_compile events): the compiled function sees a new shape "
-                     "every step. The long gap on the other ranks is them waiting for the "
-                     "compiling rank, not for data",
+        "(entire_frame_compile events): the compiled function sees a new shape "
+        "every step. The long gap on the other ranks is them waiting for the "
+        "compiling rank, not for data",
     }[truth]
     if cause not in CAUSES:
         return f"'{cause}' is not a cause this exercise knows; name one of {list(CAUSES)}"
@@ -109,23 +110,27 @@ def _misreading(truth: str, cause: str, ev: Evidence) -> str:
 def grade(case: Case, cause: str, field: str) -> Verdict:
     """One answer about one case (the notebook's typed answer, and the check's loop)."""
     if not isinstance(cause, str) or not isinstance(field, str):
-        return Verdict.fail(f"answer (cause, evidence_field) as two strings, got "
-                            f"{(cause, field)!r}")
+        return Verdict.fail(
+            f"answer (cause, evidence_field) as two strings, got {(cause, field)!r}"
+        )
     truth = case.problem
     if cause != truth:
         return Verdict.fail(_misreading(truth, cause, case.evidence))
     if field not in FIELDS:
-        return Verdict.fail(f"right cause; but '{field}' is not an evidence field: pick one of "
-                            f"{list(FIELDS)}")
+        return Verdict.fail(
+            f"right cause; but '{field}' is not an evidence field: pick one of {list(FIELDS)}"
+        )
     if field not in SHOWS[truth]:
-        return Verdict.fail(f"right cause ({truth}), but {field} does not show it: "
-                            f"{field} = {getattr(case.evidence, field)!r}. The evidence is "
-                            f"{' or '.join(SHOWS[truth])}")
+        return Verdict.fail(
+            f"right cause ({truth}), but {field} does not show it: "
+            f"{field} = {getattr(case.evidence, field)!r}. The evidence is "
+            f"{' or '.join(SHOWS[truth])}"
+        )
     return Verdict.ok(f"{truth}, shown by {field} = {getattr(case.evidence, field)!r}")
 
 
 def check(ctx, fn) -> Verdict:
-    cases = diagnosis_cases(ctx, CFG, BATCH, STEPS)   # cached on warm ranks (see injected.py)
+    cases = diagnosis_cases(ctx, CFG, BATCH, STEPS)  # cached on warm ranks (see injected.py)
     for problem in PROBLEMS:
         ev = cases[problem].evidence
         answer = fn(ev)
@@ -133,22 +138,33 @@ def check(ctx, fn) -> Verdict:
             return Verdict.fail(f"return (cause, evidence_field), got {answer!r}")
         verdict = grade(cases[problem], *answer)
         if not verdict.passed:
-            return Verdict.fail(f"the run with one injected problem #{PROBLEMS.index(problem)}: "
-                                f"{verdict.message}")
-    return Verdict.ok(f"all {len(PROBLEMS)} injected problems named with their evidence "
-                      f"({', '.join(PROBLEMS)}; the straggler was rank {SLOW_RANK})")
+            return Verdict.fail(
+                f"the run with one injected problem #{PROBLEMS.index(problem)}: {verdict.message}"
+            )
+    return Verdict.ok(
+        f"all {len(PROBLEMS)} injected problems named with their evidence "
+        f"({', '.join(PROBLEMS)}; the straggler was rank {SLOW_RANK})"
+    )
 
 
-register(Exercise(
-    name="diagnose_trace", lab="13_performance",
-    summary="name the one problem injected into a profiled 4-rank run, and its evidence",
-    signature="fn(ev: Evidence) -> (cause, evidence_field)",
-    check=check, reference=diagnose,
-    wrong={"every idle gap is a straggler": wrong_idle_means_straggler,
-           "exposed communication blamed on the network": wrong_exposed_means_network,
-           "host syncs ignored": wrong_item_is_free,
-           "recompilation read as a data stall": wrong_compile_is_the_loader,
-           "the right cause with the longest gap as evidence": wrong_evidence_field},
-    world_size=4, timeout_s=120.0,
-    hint="counts first (compilations, aten::item calls, all-reduces per step, time inside the "
-         "DataLoader): they do not depend on the machine's load; then who is slow"))
+register(
+    Exercise(
+        name="diagnose_trace",
+        lab="13_performance",
+        summary="name the one problem injected into a profiled 4-rank run, and its evidence",
+        signature="fn(ev: Evidence) -> (cause, evidence_field)",
+        check=check,
+        reference=diagnose,
+        wrong={
+            "every idle gap is a straggler": wrong_idle_means_straggler,
+            "exposed communication blamed on the network": wrong_exposed_means_network,
+            "host syncs ignored": wrong_item_is_free,
+            "recompilation read as a data stall": wrong_compile_is_the_loader,
+            "the right cause with the longest gap as evidence": wrong_evidence_field,
+        },
+        world_size=4,
+        timeout_s=120.0,
+        hint="counts first (compilations, aten::item calls, all-reduces per step, time inside the "
+        "DataLoader): they do not depend on the machine's load; then who is slow",
+    )
+)

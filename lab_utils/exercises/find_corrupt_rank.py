@@ -13,6 +13,7 @@ It must hold in several configurations: the whole world with the corrupt rank be
 a single flipped low-order bit (a change of 1e-7 relative), a sub-group [1, 2, 3] (rank 0 alone
 in a group of its own) with a flipped exponent bit, and a healthy world (no corrupt rank).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,11 @@ def find_corrupt_ranks(output: torch.Tensor, group) -> list[int]:
     prints = torch.zeros(size, dtype=torch.int64)
     dist.all_gather_into_tensor(prints, torch.tensor([fingerprint(output)]), group=group)
     majority, _ = Counter(prints.tolist()).most_common(1)[0]
-    return sorted(dist.get_global_rank(group, r) if group is not None else r
-                  for r, p in enumerate(prints.tolist()) if p != majority)
+    return sorted(
+        dist.get_global_rank(group, r) if group is not None else r
+        for r, p in enumerate(prints.tolist())
+        if p != majority
+    )
 
 
 # ----------------------------------------------------------------------------- wrong versions
@@ -51,16 +55,18 @@ def _gather_outputs(output, group):
 def wrong_compare_with_rank0(output, group) -> list[int]:
     """Takes rank 0 of the group as the truth: wrong whenever rank 0 is the corrupt one."""
     outs = _gather_outputs(output, group)
-    return sorted(dist.get_global_rank(group, r) for r, o in enumerate(outs)
-                  if not torch.equal(o, outs[0]))
+    return sorted(
+        dist.get_global_rank(group, r) for r, o in enumerate(outs) if not torch.equal(o, outs[0])
+    )
 
 
 def wrong_allclose(output, group) -> list[int]:
     """Compares with a tolerance: a flipped low-order bit is 'close', so it goes unnoticed."""
     outs = _gather_outputs(output, group)
     mid = torch.stack(outs).median(dim=0).values
-    return sorted(dist.get_global_rank(group, r) for r, o in enumerate(outs)
-                  if not torch.allclose(o, mid))
+    return sorted(
+        dist.get_global_rank(group, r) for r, o in enumerate(outs) if not torch.allclose(o, mid)
+    )
 
 
 def wrong_group_ranks(output, group) -> list[int]:
@@ -84,13 +90,14 @@ CASES = (  # (name, groups of global ranks, corrupt global rank or None, bit fli
 )
 
 
-def _redundant_output(group_ranks: tuple[int, ...], corrupt: int | None, bit: int,
-                      rank: int) -> torch.Tensor:
+def _redundant_output(
+    group_ranks: tuple[int, ...], corrupt: int | None, bit: int, rank: int
+) -> torch.Tensor:
     """The same computation on every rank of a group (inputs seeded by the group), then the
     faulty rank's hardware flips one bit of element 5."""
     g = torch.Generator().manual_seed(100 + group_ranks[0])
     a, b = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
-    out = (a @ b).flatten()                                  # (64,)
+    out = (a @ b).flatten()  # (64,)
     if rank == corrupt:
         out.view(torch.int32)[5] ^= 1 << bit
     return out
@@ -109,20 +116,25 @@ def check(ctx, fn) -> Verdict:
         if not isinstance(got, (list, tuple)) or not all(isinstance(r, int) for r in got):
             problem = f"{name}: return a list of ints (global ranks), got {got!r}"
         elif sorted(got) != expected:
-            problem = (f"{name}: rank {ctx.rank} (group {list(ranks)}) got {sorted(got)}, "
-                       f"expected {expected}. {_why(sorted(got), expected, ranks)}")
+            problem = (
+                f"{name}: rank {ctx.rank} (group {list(ranks)}) got {sorted(got)}, "
+                f"expected {expected}. {_why(sorted(got), expected, ranks)}"
+            )
         failed = torch.tensor([float(problem is not None)])
         dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
         if failed.item():
             return Verdict.fail(problem) if problem else Verdict.ok(f"{name}: right on this rank")
-    return Verdict.ok("named the corrupt rank in every case (low bit, exponent bit, sub-group, "
-                      "healthy world)")
+    return Verdict.ok(
+        "named the corrupt rank in every case (low bit, exponent bit, sub-group, healthy world)"
+    )
 
 
 def _why(got: list[int], expected: list[int], ranks: tuple[int, ...]) -> str:
     if not got and expected:
-        return ("Nothing found although one rank differs: a tolerance (allclose, norms) hides a "
-                "flipped low-order bit; compare bit for bit.")
+        return (
+            "Nothing found although one rank differs: a tolerance (allclose, norms) hides a "
+            "flipped low-order bit; compare bit for bit."
+        )
     if set(got) - set(ranks):
         return "Ranks outside this group were named: the comparison must use `group`, not WORLD."
     if expected and len(got) == len(ranks) - 1:
@@ -132,16 +144,24 @@ def _why(got: list[int], expected: list[int], ranks: tuple[int, ...]) -> str:
     return "Take the value most ranks agree on as the truth."
 
 
-register(Exercise(
-    name="find_corrupt_rank", lab="11_production",
-    summary="name the rank whose hardware silently corrupts a redundant computation",
-    signature="fn(output: torch.Tensor, group) -> list[int] (sorted global ranks)",
-    check=check, reference=find_corrupt_ranks,
-    wrong={"rank 0 taken as the truth": wrong_compare_with_rank0,
-           "compared with a tolerance": wrong_allclose,
-           "positions in the group, not global ranks": wrong_group_ranks,
-           "gathered over WORLD, not the group": wrong_ignores_group},
-    world_size=4, timeout_s=30.0,
-    hint="healthy ranks agree BIT FOR BIT; what is the cheapest thing to exchange, and who "
-         "decides which value is the right one when any rank, rank 0 included, can be faulty?",
-    solution_helpers=(fingerprint,)))
+register(
+    Exercise(
+        name="find_corrupt_rank",
+        lab="11_production",
+        summary="name the rank whose hardware silently corrupts a redundant computation",
+        signature="fn(output: torch.Tensor, group) -> list[int] (sorted global ranks)",
+        check=check,
+        reference=find_corrupt_ranks,
+        wrong={
+            "rank 0 taken as the truth": wrong_compare_with_rank0,
+            "compared with a tolerance": wrong_allclose,
+            "positions in the group, not global ranks": wrong_group_ranks,
+            "gathered over WORLD, not the group": wrong_ignores_group,
+        },
+        world_size=4,
+        timeout_s=30.0,
+        hint="healthy ranks agree BIT FOR BIT; what is the cheapest thing to exchange, and who "
+        "decides which value is the right one when any rank, rank 0 included, can be faulty?",
+        solution_helpers=(fingerprint,),
+    )
+)

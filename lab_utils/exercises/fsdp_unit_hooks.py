@@ -24,6 +24,7 @@ accidentally right:
      the bytes of every all-gather and reduce-scatter in the CommLedger (a gather in fp32 sends
      twice the bytes with the same numbers; a reduction in bf16 sends half and loses bits).
 """
+
 from __future__ import annotations
 
 import torch
@@ -53,8 +54,13 @@ def _config_a(ctx, hooks) -> str | None:
     opt = torch.optim.SGD(fsdp.parameters(), lr=SGD_LR)
     layers = {u.name: u.module for u in fsdp.units if u is not fsdp.root}
     held: list[int] = []
-    ModuleSpans(layers, _Clock(), on_start=lambda _n, which: held.append(gathered_bytes(fsdp))
-                if which == "backward" else None)
+    ModuleSpans(
+        layers,
+        _Clock(),
+        on_start=lambda _n, which: (
+            held.append(gathered_bytes(fsdp)) if which == "backward" else None
+        ),
+    )
     losses, first_step = [], {}
     for batch in batches:
         x, y = shard_for_rank(batch, ctx.rank, k)
@@ -68,29 +74,40 @@ def _config_a(ctx, hooks) -> str | None:
     mean = torch.tensor(losses, dtype=torch.float64)
     dist.all_reduce(mean, op=dist.ReduceOp.AVG, group=ctx.group)
     if 2 * ledger.tensor_bytes("all_gather") == _gather_bytes(fsdp, k, 4):
-        return ("the all-gather runs in bf16 while training is fp32: the gathered weights lost "
-                "their low bits. Gather in unit.param_dtype (unit.local_shards(unit.param_dtype))"
-                ", never a hard-coded dtype")
+        return (
+            "the all-gather runs in bf16 while training is fp32: the gathered weights lost "
+            "their low bits. Gather in unit.param_dtype (unit.local_shards(unit.param_dtype))"
+            ", never a hard-coded dtype"
+        )
     one_layer = max(4 * sum(p.shape.numel() for p in u.params) for u in fsdp.units[1:])
     root = 4 * sum(p.shape.numel() for p in fsdp.root.params)
     if max(held) > root + one_layer:
-        return (f"as a layer's backward started this rank held {max(held)} B of full weights, "
-                f"more than the root and one layer ({root + one_layer} B): post_backward must "
-                "free the unit (unit.free()) once its gradients are reduce-scattered, or FSDP "
-                "ends up holding the whole model, as DDP does")
+        return (
+            f"as a layer's backward started this rank held {max(held)} B of full weights, "
+            f"more than the root and one layer ({root + one_layer} B): post_backward must "
+            "free the unit (unit.free()) once its gradients are reduce-scattered, or FSDP "
+            "ends up holding the whole model, as DDP does"
+        )
     weights = fsdp.full_state_dict()
     first = mean[0].item() - ref.losses[0]
     if abs(first) > 1e-5 * abs(ref.losses[0]):
-        return (f"the first loss is {mean[0].item():.6f}, one process gets {ref.losses[0]:.6f}: "
-                "the forward used wrong weights (pre_forward must all-gather every rank's shard "
-                "and unpack them into the full parameters)")
+        return (
+            f"the first loss is {mean[0].item():.6f}, one process gets {ref.losses[0]:.6f}: "
+            "the forward used wrong weights (pre_forward must all-gather every rank's shard "
+            "and unpack them into the full parameters)"
+        )
     ref1 = reference_run(model_fn, batches, 1, lr=SGD_LR, optimizer="sgd", grad_accum=k)
     problem = _compare_updates(first_step, ref1, model_fn, k, "the")
     if problem is None and not torch.allclose(
-            torch.cat([w.flatten() for w in weights.values()]),
-            torch.cat([ref.state_dict[n].flatten() for n in weights]), rtol=1e-4, atol=1e-6):
-        problem = (f"after {STEPS} SGD steps the weights differ from one process's (the first "
-                   "step was right): does every backward reduce-scatter the gradients?")
+        torch.cat([w.flatten() for w in weights.values()]),
+        torch.cat([ref.state_dict[n].flatten() for n in weights]),
+        rtol=1e-4,
+        atol=1e-6,
+    ):
+        problem = (
+            f"after {STEPS} SGD steps the weights differ from one process's (the first "
+            "step was right): does every backward reduce-scatter the gradients?"
+        )
     return problem
 
 
@@ -131,27 +148,37 @@ def _config_b(ctx, hooks) -> str | None:
     got_gather = ledger.tensor_bytes("all_gather")
     got_reduce = ledger.tensor_bytes("reduce_scatter")
     if got_gather == 2 * gather_bytes:
-        return ("the numbers are right, but every all-gather moved fp32: cast the shards to "
-                "unit.param_dtype BEFORE the all-gather (unit.local_shards(unit.param_dtype)); "
-                "gathering in bf16 is what halves FSDP's forward traffic")
+        return (
+            "the numbers are right, but every all-gather moved fp32: cast the shards to "
+            "unit.param_dtype BEFORE the all-gather (unit.local_shards(unit.param_dtype)); "
+            "gathering in bf16 is what halves FSDP's forward traffic"
+        )
     if got_reduce * 2 == reduce_bytes:
-        return ("the reduce-scatter ran in bf16: use unit.reduce_dtype (fp32 here); summing bf16 "
-                "gradients over ranks rounds away their low bits")
+        return (
+            "the reduce-scatter ran in bf16: use unit.reduce_dtype (fp32 here); summing bf16 "
+            "gradients over ranks rounds away their low bits"
+        )
     if (got_gather, got_reduce) != (gather_bytes, reduce_bytes):
-        return (f"one step called all-gathers of {got_gather} B and reduce-scatters of "
-                f"{got_reduce} B in total; FSDP's pattern on this group is {gather_bytes} B and "
-                f"{reduce_bytes} B (one all-gather per unit before forward and before backward, "
-                "one reduce-scatter after backward, on the `group` you are given)")
+        return (
+            f"one step called all-gathers of {got_gather} B and reduce-scatters of "
+            f"{got_reduce} B in total; FSDP's pattern on this group is {gather_bytes} B and "
+            f"{reduce_bytes} B (one all-gather per unit before forward and before backward, "
+            "one reduce-scatter after backward, on the `group` you are given)"
+        )
     return _compare_updates(first_step, ref1, model_fn, k, "this group's") or (
-        None if torch.allclose(mean, torch.tensor(ref.losses, dtype=torch.float64), rtol=1e-4)
+        None
+        if torch.allclose(mean, torch.tensor(ref.losses, dtype=torch.float64), rtol=1e-4)
         else f"with bf16 parameters the losses are {[round(v, 5) for v in mean.tolist()]}, one "
-             f"process doing the same casts gets {[round(v, 5) for v in ref.losses]}")
+        f"process doing the same casts gets {[round(v, 5) for v in ref.losses]}"
+    )
 
 
 def _gather_bytes(fsdp, k: int, itemsize: int) -> int:
     """One step's all-gather bytes: every unit twice (forward, backward), the root once."""
-    return sum(k * sum(p.chunk for p in u.params) * itemsize * (1 if u is fsdp.root else 2)
-               for u in fsdp.units)
+    return sum(
+        k * sum(p.chunk for p in u.params) * itemsize * (1 if u is fsdp.root else 2)
+        for u in fsdp.units
+    )
 
 
 class _AsyncGatherSpy:
@@ -186,14 +213,18 @@ class _AsyncGatherSpy:
 
                 def __getattr__(self, name):
                     return getattr(work, name)
+
             return _Work()
+
         return call
 
     def _unpack(self, gathered):
         if any(not box["waited"] for box in self.pending) and not self.found:
-            self.found.append("you unpacked an async all-gather without wait(): unit.unpack read "
-                              "the buffer while the gather could still be filling it; call "
-                              "work.wait() before unpacking (or gather with async_op=False)")
+            self.found.append(
+                "you unpacked an async all-gather without wait(): unit.unpack read "
+                "the buffer while the gather could still be filling it; call "
+                "work.wait() before unpacking (or gather with async_op=False)"
+            )
         return self.unpack(gathered)
 
     def __exit__(self, *exc) -> None:
@@ -204,11 +235,13 @@ class _AsyncGatherSpy:
 
 def _spied(hooks, found: list):
     """The learner's hooks with their pre_forward watched by _AsyncGatherSpy."""
+
     class Spied(hooks):
         @staticmethod
         def pre_forward(unit, group):
             with _AsyncGatherSpy(unit, found):
                 hooks.pre_forward(unit, group)
+
     return Spied
 
 
@@ -219,22 +252,32 @@ def _compare_updates(first_step: dict, ref1, model_fn, k: int, ranks: str) -> st
     got, want = moved(first_step), moved(ref1.state_dict)
     ratio = (got.norm() / want.norm()).item()
     if got.abs().max() == 0:
-        return ("the weights never moved: the reduced gradients must reach the shards "
-                "(unit.accumulate_grads(reduced)) before the optimizer steps")
+        return (
+            "the weights never moved: the reduced gradients must reach the shards "
+            "(unit.accumulate_grads(reduced)) before the optimizer steps"
+        )
     if abs(ratio - k) < 1e-2 * k:
-        return (f"the first SGD step moved the weights {ratio:.3f} x as far as one process "
-                f"does: the gradients were SUMMED over {ranks} {k} ranks, not averaged (op=AVG)")
+        return (
+            f"the first SGD step moved the weights {ratio:.3f} x as far as one process "
+            f"does: the gradients were SUMMED over {ranks} {k} ranks, not averaged (op=AVG)"
+        )
     if abs(ratio * k - 1) < 1e-2 and ranks == "the":  # the whole world: k is the world's size
-        return (f"the first SGD step moved the weights 1/{k} as far as one process does: you "
-                "average twice: op=AVG already divides by the group size, so do not divide "
-                "by unit.world again")
+        return (
+            f"the first SGD step moved the weights 1/{k} as far as one process does: you "
+            "average twice: op=AVG already divides by the group size, so do not divide "
+            "by unit.world again"
+        )
     if abs(ratio - 1) > 1e-2:
-        return (f"the first SGD step moved the weights {ratio:.3f} x as far as one process does "
-                f"(over {ranks} {k} ranks): a mean divides by the size of the group you are "
-                "given (unit.world, or op=AVG), not by the size of the whole world")
+        return (
+            f"the first SGD step moved the weights {ratio:.3f} x as far as one process does "
+            f"(over {ranks} {k} ranks): a mean divides by the size of the group you are "
+            "given (unit.world, or op=AVG), not by the size of the whole world"
+        )
     if not torch.allclose(got, want, rtol=1e-3, atol=1e-5):
-        return ("the first SGD step has the right size but the wrong direction: is every rank's "
-                "chunk of the reduced gradient added to the shards (unit.accumulate_grads)?")
+        return (
+            "the first SGD step has the right size but the wrong direction: is every rank's "
+            "chunk of the reduced gradient added to the shards (unit.accumulate_grads)?"
+        )
     return None
 
 
@@ -252,9 +295,11 @@ def _explain(exc: Exception, sub_group: bool) -> str:
     """One line for an exception raised inside the hooks (no traceback)."""
     text = str(exc)
     if "not allocated" in text or "1-D" in text or "matrix" in text:
-        return (f"{type(exc).__name__}: {text.splitlines()[0]} (a layer computed without its "
-                "full weights: pre_forward must fill them from the gathered buffer with "
-                "unit.unpack(...))")
+        return (
+            f"{type(exc).__name__}: {text.splitlines()[0]} (a layer computed without its "
+            "full weights: pre_forward must fill them from the gathered buffer with "
+            "unit.unpack(...))"
+        )
     return raised_in(exc, wrong_group=sub_group)
 
 
@@ -274,8 +319,10 @@ def check(ctx, hooks) -> Verdict:
         found_any = first_problem(problem)  # over the world: every rank stops together
         if found_any:
             return Verdict.fail(f"{name}, rank {found_any[0]}: {found_any[1]}")
-    return Verdict.ok("losses and weights match one process in both configurations; bf16 "
-                      "all-gathers, fp32 reduce-scatters, each unit freed after its reduction")
+    return Verdict.ok(
+        "losses and weights match one process in both configurations; bf16 "
+        "all-gathers, fp32 reduce-scatters, each unit freed after its reduction"
+    )
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
@@ -327,19 +374,28 @@ class WrongWorldGroup(reference):
         gather(unit, group, unit.param_dtype, on_group=False)
 
 
-register(Exercise(
-    name="fsdp_unit_hooks", lab="05_zero_fsdp",
-    summary="an FSDP unit's pre-forward gather and post-backward reduce-scatter + free",
-    signature="class with staticmethods pre_forward(unit, group) and post_backward(unit, group)",
-    check=check, reference=reference,
-    wrong={"forgets to free the unit after its reduce-scatter": WrongNoFree,
-           "reduce-scatters with SUM (no average)": WrongSum,
-           "all-gathers in fp32, casting afterwards": WrongGatherDtype,
-           "reduce-scatters in bf16": WrongReduceDtype,
-           "ignores the group it is given": WrongWorldGroup},
-    world_size=4, timeout_s=90.0,
-    hint="pre_forward: this rank's shards cast to the compute dtype -> one all-gather into a "
-         "buffer K times as long -> unpack. post_backward: the gradients packed in the "
-         "reduction dtype -> one reduce-scatter that averages -> accumulate into the shards -> "
-         "free. Every collective takes group=group.",
-))
+register(
+    Exercise(
+        name="fsdp_unit_hooks",
+        lab="05_zero_fsdp",
+        summary="an FSDP unit's pre-forward gather and post-backward reduce-scatter + free",
+        signature=(
+            "class with staticmethods pre_forward(unit, group) and post_backward(unit, group)"
+        ),
+        check=check,
+        reference=reference,
+        wrong={
+            "forgets to free the unit after its reduce-scatter": WrongNoFree,
+            "reduce-scatters with SUM (no average)": WrongSum,
+            "all-gathers in fp32, casting afterwards": WrongGatherDtype,
+            "reduce-scatters in bf16": WrongReduceDtype,
+            "ignores the group it is given": WrongWorldGroup,
+        },
+        world_size=4,
+        timeout_s=90.0,
+        hint="pre_forward: this rank's shards cast to the compute dtype -> one all-gather into a "
+        "buffer K times as long -> unpack. post_backward: the gradients packed in the "
+        "reduction dtype -> one reduce-scatter that averages -> accumulate into the shards -> "
+        "free. Every collective takes group=group.",
+    )
+)

@@ -14,6 +14,7 @@ The learner writes it:
 A rank that clips by its own shard's norm trains without any error and drifts from the single
 process run: each shard is scaled by a different factor (the zoo's "local norm" bug).
 """
+
 from __future__ import annotations
 
 import torch
@@ -83,8 +84,10 @@ def _shards(rank: int, scale: float) -> list[torch.Tensor]:
     return [scale * torch.randn(first, generator=g), scale * torch.randn(3, 4, generator=g)]
 
 
-CASES = (("large gradients (the norm exceeds max_norm)", 3.0, 1.0),
-         ("small gradients (the norm is below max_norm: nothing changes)", 0.01, 1.0))
+CASES = (
+    ("large gradients (the norm exceeds max_norm)", 3.0, 1.0),
+    ("small gradients (the norm is below max_norm: nothing changes)", 0.01, 1.0),
+)
 
 
 def _global(scale: float, world: int) -> tuple[float, list[list[torch.Tensor]]]:
@@ -101,30 +104,37 @@ def check(ctx, fn) -> Verdict:
         total, every = _global(scale, n)
         want = [g * min(1.0, max_norm / total) for g in every[ctx.rank]]
         problem = None
-        if not isinstance(got, (float, int)) and not (isinstance(got, torch.Tensor)
-                                                       and got.numel() == 1):
+        if not isinstance(got, (float, int)) and not (
+            isinstance(got, torch.Tensor) and got.numel() == 1
+        ):
             problem = f"{name}: return the global norm as a float, got {type(got).__name__}"
         elif abs(float(got) - total) > 1e-5 * total:
-            problem = (f"{name}: norm {float(got):.5g}, expected {total:.5g}. "
-                       + _why(float(got), total, n, every, ctx.rank))
+            problem = f"{name}: norm {float(got):.5g}, expected {total:.5g}. " + _why(
+                float(got), total, n, every, ctx.rank
+            )
         elif not all(torch.allclose(g, w, rtol=1e-5, atol=1e-7) for g, w in zip(grads, want)):
-            problem = (f"{name}: the norm is right but the shards were scaled wrong"
-                       + (": clip only when the norm exceeds max_norm" if total <= max_norm
-                          else ": every shard is scaled by max_norm / global norm"))
+            problem = f"{name}: the norm is right but the shards were scaled wrong" + (
+                ": clip only when the norm exceeds max_norm"
+                if total <= max_norm
+                else ": every shard is scaled by max_norm / global norm"
+            )
         failed = torch.tensor([float(problem is not None)])
         dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
         if failed.item():
             return Verdict.fail(problem) if problem else Verdict.ok(f"{name}: right here")
-    return Verdict.ok("one global norm, the same factor on every shard, and no clipping below "
-                      "max_norm")
+    return Verdict.ok(
+        "one global norm, the same factor on every shard, and no clipping below max_norm"
+    )
 
 
 def _why(got: float, total: float, n: int, every, rank: int) -> str:
     local = torch.sqrt(sum(g.double().pow(2).sum() for g in every[rank])).item()
     norms = sum(torch.sqrt(sum(g.double().pow(2).sum() for g in s)).item() for s in every)
     if abs(got - local) <= 1e-5 * local:
-        return ("That is this rank's own shard norm: each rank would clip by a different "
-                "factor; all-reduce the squared norms over the group")
+        return (
+            "That is this rank's own shard norm: each rank would clip by a different "
+            "factor; all-reduce the squared norms over the group"
+        )
     if abs(got - norms) <= 1e-5 * norms:
         return "Norms do not add: all-reduce the SQUARES (sum of g^2), then take the root"
     if abs(got - total / n**0.5) <= 1e-5 * total:
@@ -132,14 +142,23 @@ def _why(got: float, total: float, n: int, every, rank: int) -> str:
     return "The global norm is sqrt(sum of g^2 over every shard of every rank)"
 
 
-register(Exercise(
-    name="global_grad_clip", lab="14_correctness",
-    summary="clip sharded gradients by the norm of the WHOLE gradient",
-    signature="fn(grads: list[Tensor], max_norm: float, group) -> float",
-    check=check, reference=global_grad_clip,
-    wrong={"local norm": wrong_local_norm, "sum of norms": wrong_sum_of_norms,
-           "average of squares": wrong_average_of_squares,
-           "rescales below max_norm": wrong_always_rescales},
-    world_size=4, timeout_s=30.0,
-    hint="what adds up across shards: norms, or squared norms? and when does clipping act?",
-    solution_helpers=(clip_to,)))
+register(
+    Exercise(
+        name="global_grad_clip",
+        lab="14_correctness",
+        summary="clip sharded gradients by the norm of the WHOLE gradient",
+        signature="fn(grads: list[Tensor], max_norm: float, group) -> float",
+        check=check,
+        reference=global_grad_clip,
+        wrong={
+            "local norm": wrong_local_norm,
+            "sum of norms": wrong_sum_of_norms,
+            "average of squares": wrong_average_of_squares,
+            "rescales below max_norm": wrong_always_rescales,
+        },
+        world_size=4,
+        timeout_s=30.0,
+        hint="what adds up across shards: norms, or squared norms? and when does clipping act?",
+        solution_helpers=(clip_to,),
+    )
+)

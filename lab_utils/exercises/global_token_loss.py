@@ -10,6 +10,7 @@ so that the averaged gradients equal the global mean's. The per-rank mean (the b
 torchtitan PR #2206 and open-instruct #1728) weighs a rank with few real tokens as much as one
 with many; it is right only when every rank happens to hold the same number of real tokens.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,38 +69,48 @@ def _grad(weight: torch.Tensor, losses) -> torch.Tensor:
 def _expected(weight, reals, rank_losses) -> torch.Tensor:
     """The averaged gradient that a rank-loss rule gives, computed in one process."""
     n = len(reals)
-    return _grad(weight, [lambda w, r=r: rank_losses(w, *_data(r, reals[r])) / n
-                          for r in range(n)])
+    return _grad(weight, [lambda w, r=r: rank_losses(w, *_data(r, reals[r])) / n for r in range(n)])
 
 
 def _ce(w, x, y, mask):
-    return (F.cross_entropy((x @ w).flatten(0, 1), y.flatten(), reduction="none")
-            * mask.flatten())
+    return F.cross_entropy((x @ w).flatten(0, 1), y.flatten(), reduction="none") * mask.flatten()
 
 
-CASES = (("uneven padding: 10, 7, 3 and 1 real tokens", (10, 7, 3, 1)),
-         ("a rank with padding only: 10, 0, 4, 6 real tokens", (10, 0, 4, 6)))
+CASES = (
+    ("uneven padding: 10, 7, 3 and 1 real tokens", (10, 7, 3, 1)),
+    ("a rank with padding only: 10, 0, 4, 6 real tokens", (10, 0, 4, 6)),
+)
 
 
 def _why(got, weight, reals) -> str:
     total, n = sum(reals), len(reals)
     named = [
-        ("per-rank mean: each rank divides by its OWN count of real tokens, so a rank's few "
-         "tokens weigh as much as another's many (divide by the GLOBAL count: all-reduce it)",
-         lambda w, *d: _ce(w, *d).sum() / max(int(d[2].sum()), 1)),
-        ("the gradient is group-size times too small: DDP's average divides by the group size "
-         "AGAIN after your global normalisation; multiply by the group size",
-         lambda w, *d: _ce(w, *d).sum() / total),
+        (
+            "per-rank mean: each rank divides by its OWN count of real tokens, so a rank's few "
+            "tokens weigh as much as another's many (divide by the GLOBAL count: all-reduce it)",
+            lambda w, *d: _ce(w, *d).sum() / max(int(d[2].sum()), 1),
+        ),
+        (
+            "the gradient is group-size times too small: DDP's average divides by the group size "
+            "AGAIN after your global normalisation; multiply by the group size",
+            lambda w, *d: _ce(w, *d).sum() / total,
+        ),
     ]
-    padded = ("the padding was counted: divide by the number of REAL tokens (mask.sum()), not "
-              "by every position")
-    named += [(padded, lambda w, *d: _ce(w, *d).mean()),
-              (padded, lambda w, *d: _ce(w, *d).mean() * n)]
+    padded = (
+        "the padding was counted: divide by the number of REAL tokens (mask.sum()), not "
+        "by every position"
+    )
+    named += [
+        (padded, lambda w, *d: _ce(w, *d).mean()),
+        (padded, lambda w, *d: _ce(w, *d).mean() * n),
+    ]
     for message, rule in named:
         if torch.allclose(got, _expected(weight, reals, rule), rtol=1e-6, atol=1e-12):
             return message
-    return ("it matches no rule we know: the averaged gradient must equal the gradient of "
-            "(sum of CE over real tokens, all ranks) / (real tokens, all ranks)")
+    return (
+        "it matches no rule we know: the averaged gradient must equal the gradient of "
+        "(sum of CE over real tokens, all ranks) / (real tokens, all ranks)"
+    )
 
 
 def check(ctx, fn) -> Verdict:
@@ -115,29 +126,42 @@ def check(ctx, fn) -> Verdict:
             loss.backward()
             got = w.grad.clone()
             dist.all_reduce(got, op=dist.ReduceOp.AVG, group=ctx.group)  # what DDP does
-            want = _expected(weight, reals, lambda w_, *d: _ce(w_, *d).sum() / sum(reals)
-                             * len(reals))
+            want = _expected(
+                weight, reals, lambda w_, *d: _ce(w_, *d).sum() / sum(reals) * len(reals)
+            )
             if not torch.isfinite(got).all():
-                problem = (f"{name}: the gradient is not finite: a rank with no real token "
-                           "divided 0 by 0 (a per-rank mean)")
+                problem = (
+                    f"{name}: the gradient is not finite: a rank with no real token "
+                    "divided 0 by 0 (a per-rank mean)"
+                )
             elif not torch.allclose(got, want, rtol=1e-6, atol=1e-12):
                 problem = f"{name}: averaged gradient wrong. {_why(got, weight, reals)}"
         failed = torch.tensor([float(problem is not None)])
         dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=ctx.group)
         if failed.item():
             return Verdict.fail(problem) if problem else Verdict.ok(f"{name}: right here")
-    return Verdict.ok("the averaged gradients equal the global token mean's (uneven padding, "
-                      "and a rank with padding only)")
+    return Verdict.ok(
+        "the averaged gradients equal the global token mean's (uneven padding, "
+        "and a rank with padding only)"
+    )
 
 
-register(Exercise(
-    name="global_token_loss", lab="14_correctness",
-    summary="this rank's loss so that DDP-averaged gradients are the global token mean's",
-    signature="fn(logits, targets, mask, group) -> scalar tensor",
-    check=check, reference=global_token_loss,
-    wrong={"per-rank mean": wrong_per_rank_mean,
-           "global count without the group-size factor": wrong_no_group_factor,
-           "padding counted": wrong_counts_padding},
-    world_size=4, timeout_s=30.0,
-    hint="the denominator is ONE number for the whole group; and remember what DDP does to "
-         "the gradients after your loss is differentiated"))
+register(
+    Exercise(
+        name="global_token_loss",
+        lab="14_correctness",
+        summary="this rank's loss so that DDP-averaged gradients are the global token mean's",
+        signature="fn(logits, targets, mask, group) -> scalar tensor",
+        check=check,
+        reference=global_token_loss,
+        wrong={
+            "per-rank mean": wrong_per_rank_mean,
+            "global count without the group-size factor": wrong_no_group_factor,
+            "padding counted": wrong_counts_padding,
+        },
+        world_size=4,
+        timeout_s=30.0,
+        hint="the denominator is ONE number for the whole group; and remember what DDP does to "
+        "the gradients after your loss is differentiated",
+    )
+)

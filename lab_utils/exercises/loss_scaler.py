@@ -20,6 +20,7 @@ through (with clipping a forgotten unscale is invisible: the clipped norm is max
 way; a run without clipping cannot see clipping done in the wrong order); the three together
 reject every known-wrong version.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,25 +37,24 @@ class ScalerState:
     growth_factor: float = 2.0
     backoff_factor: float = 0.5
     growth_interval: int = 2000
-    good_steps: int = 0                 # good steps since the scale last changed
-    max_norm: float | None = None       # clip the UNSCALED gradient norm to this, if set
+    good_steps: int = 0  # good steps since the scale last changed
+    max_norm: float | None = None  # clip the UNSCALED gradient norm to this, if set
 
 
 def scaler_step(optimizer, state: ScalerState) -> bool:
-    params = [p for group in optimizer.param_groups for p in group["params"]
-              if p.grad is not None]
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     grads = [p.grad for p in params]
-    if not all(torch.isfinite(g).all() for g in grads):    # the scaled backward overflowed
-        state.scale *= state.backoff_factor                  # skip the step, back off
+    if not all(torch.isfinite(g).all() for g in grads):  # the scaled backward overflowed
+        state.scale *= state.backoff_factor  # skip the step, back off
         state.good_steps = 0
         return False
     for g in grads:
-        g.div_(state.scale)                                  # unscale with the scale USED
-    if state.max_norm is not None:                           # clip the true gradient
+        g.div_(state.scale)  # unscale with the scale USED
+    if state.max_norm is not None:  # clip the true gradient
         torch.nn.utils.clip_grad_norm_(params, state.max_norm)
     optimizer.step()
     state.good_steps += 1
-    if state.good_steps == state.growth_interval:            # a run of clean steps: grow
+    if state.good_steps == state.growth_interval:  # a run of clean steps: grow
         state.scale *= state.growth_factor
         state.good_steps = 0
     return True
@@ -189,12 +189,37 @@ WRONG = {
 
 # ----------------------------------------------------------------------------- the grader
 CASES = (  # name, optimizer, init scale, growth, backoff, interval, max_norm, overflow steps
-    ("SGD, growth every 3 good steps, overflows at steps 4 and 5", "sgd", 2.0 ** 10, 2.0, 0.5,
-     3, None, (4, 5)),
-    ("SGD + momentum, clipping at 0.5, growth x4 every 2 steps, backoff x0.25, overflows at "
-     "steps 1 and 6", "momentum", 2.0 ** 16, 4.0, 0.25, 2, 0.5, (1, 6)),
-    ("Adam, growth every 4 steps, overflows at steps 0, 5 and 9", "adam", 2.0 ** 8, 2.0, 0.5,
-     4, None, (0, 5, 9)),
+    (
+        "SGD, growth every 3 good steps, overflows at steps 4 and 5",
+        "sgd",
+        2.0**10,
+        2.0,
+        0.5,
+        3,
+        None,
+        (4, 5),
+    ),
+    (
+        "SGD + momentum, clipping at 0.5, growth x4 every 2 steps, backoff x0.25, overflows at "
+        "steps 1 and 6",
+        "momentum",
+        2.0**16,
+        4.0,
+        0.25,
+        2,
+        0.5,
+        (1, 6),
+    ),
+    (
+        "Adam, growth every 4 steps, overflows at steps 0, 5 and 9",
+        "adam",
+        2.0**8,
+        2.0,
+        0.5,
+        4,
+        None,
+        (0, 5, 9),
+    ),
 )
 STEPS = 12
 
@@ -215,7 +240,7 @@ def _loss(model, step: int, overflow: tuple) -> torch.Tensor:
     g = torch.Generator().manual_seed(100 + step)
     x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
     if step in overflow:
-        x[0, 0] = float("inf")              # as if the scaled backward had overflowed
+        x[0, 0] = float("inf")  # as if the scaled backward had overflowed
     return nn.functional.mse_loss(model(x), y)
 
 
@@ -244,8 +269,9 @@ def gradscaler_trajectory(case) -> list[tuple[float, torch.Tensor]]:
     """The same run with torch.amp.GradScaler: the behaviour to match."""
     _, opt_name, s0, growth, backoff, interval, max_norm, overflow = case
     model, opt = _setup(opt_name)
-    scaler = torch.amp.GradScaler("cpu", init_scale=s0, growth_factor=growth,
-                                  backoff_factor=backoff, growth_interval=interval)
+    scaler = torch.amp.GradScaler(
+        "cpu", init_scale=s0, growth_factor=growth, backoff_factor=backoff, growth_interval=interval
+    )
     out = []
     for step in range(STEPS):
         opt.zero_grad()
@@ -264,8 +290,10 @@ def _first_difference(got, want) -> str | None:
         if s != s_ref:
             return f"after step {step} the scale is {s:g}, GradScaler's is {s_ref:g}"
         if not torch.allclose(w, w_ref, rtol=1e-5, atol=1e-7, equal_nan=True):
-            return (f"after step {step} the weights differ from GradScaler's run (max diff "
-                    f"{(w - w_ref).abs().max().item():.3g})")
+            return (
+                f"after step {step} the weights differ from GradScaler's run (max diff "
+                f"{(w - w_ref).abs().max().item():.3g})"
+            )
     return None
 
 
@@ -279,8 +307,10 @@ def check(ctx, fn) -> Verdict:
         problem = _wrong_return(returned, case[-1])
         if problem:
             return Verdict.fail(f"{case[0]}: {problem}")
-    return Verdict.ok("the scale and the weights match torch.amp.GradScaler after every step, "
-                      f"in all {len(CASES)} runs (overflows, growth, clipping, SGD and Adam)")
+    return Verdict.ok(
+        "the scale and the weights match torch.amp.GradScaler after every step, "
+        f"in all {len(CASES)} runs (overflows, growth, clipping, SGD and Adam)"
+    )
 
 
 def _wrong_return(returned: list, overflow: tuple) -> str | None:
@@ -288,32 +318,48 @@ def _wrong_return(returned: list, overflow: tuple) -> str | None:
     with it, and GradScaler's own step returns None when it skipped)."""
     for step, value in enumerate(returned):
         if not isinstance(value, bool):
-            return (f"step {step} returned {value!r}, not a bool: return True when the "
-                    "optimizer stepped, False when the step was skipped")
+            return (
+                f"step {step} returned {value!r}, not a bool: return True when the "
+                "optimizer stepped, False when the step was skipped"
+            )
         if value != (step not in overflow):
             what = "overflowed and was skipped" if step in overflow else "was a clean step"
-            return (f"step {step} {what}, but your function returned {value}: the scale and "
-                    "the weights are right, but the bool says whether the optimizer stepped "
-                    "(False on a skipped step, True on a clean one)")
+            return (
+                f"step {step} {what}, but your function returned {value}: the scale and "
+                "the weights are right, but the bool says whether the optimizer stepped "
+                "(False on a skipped step, True on a clean one)"
+            )
     return None
 
 
 def _why(got, case) -> str:
     """Name the misconception whose run this one reproduces."""
-    for wrong_fn in WRONG.values():      # each wrong version's docstring names its mistake
+    for wrong_fn in WRONG.values():  # each wrong version's docstring names its mistake
         if _first_difference(got, trajectory(wrong_fn, case)) is None:
             return " ".join(wrong_fn.__doc__.split())
     if any(not torch.isfinite(w).all() for _, w in got):
         return "The weights stopped being finite: an inf/NaN step was applied."
-    return ("Compare, step by step: skip + back off on inf/NaN; otherwise unscale with the "
-            "scale that was used, clip, step, count, and grow after growth_interval good steps.")
+    return (
+        "Compare, step by step: skip + back off on inf/NaN; otherwise unscale with the "
+        "scale that was used, clip, step, count, and grow after growth_interval good steps."
+    )
 
 
-register(Exercise(
-    name="loss_scaler", lab="02_baselines",
-    summary="a dynamic loss scaler's step: skip/back off on overflow, unscale, clip, step, grow",
-    signature="fn(optimizer, state: ScalerState) -> bool (stepped)",
-    check=check, reference=scaler_step, wrong=WRONG, world_size=1, timeout_s=60.0,
-    hint="what must the gradients be divided by, and WHEN, relative to clipping and to "
-         "changing the scale? What happens to the optimizer on a step whose gradients are "
-         "not finite, and what restarts the count of good steps?"))
+register(
+    Exercise(
+        name="loss_scaler",
+        lab="02_baselines",
+        summary=(
+            "a dynamic loss scaler's step: skip/back off on overflow, unscale, clip, step, grow"
+        ),
+        signature="fn(optimizer, state: ScalerState) -> bool (stepped)",
+        check=check,
+        reference=scaler_step,
+        wrong=WRONG,
+        world_size=1,
+        timeout_s=60.0,
+        hint="what must the gradients be divided by, and WHEN, relative to clipping and to "
+        "changing the scale? What happens to the optimizer on a step whose gradients are "
+        "not finite, and what restarts the count of good steps?",
+    )
+)

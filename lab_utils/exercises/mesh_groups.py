@@ -19,6 +19,7 @@ hard-coded stride or two swapped outer axes cannot pass by luck:
      (dist.get_process_group_ranks), and an all-reduce of the global ranks over it must give
      their sum: the group works, not just its membership.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -40,7 +41,9 @@ def axis_groups(axis: str, dp: int, tp: int, pp: int) -> list[list[int]]:
         return [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)]
     if axis == "dp":  # stride tp: same p and t
         return [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)]
-    return [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)]  # stride dp*tp
+    return [
+        [rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)
+    ]  # stride dp*tp
 
 
 def reference(dp: int, tp: int, pp: int) -> dict[str, Any]:
@@ -55,12 +58,16 @@ def reference(dp: int, tp: int, pp: int) -> dict[str, Any]:
 
 # -- known-wrong versions ----------------------------------------------------------------------
 
-def _layout(rank: Callable[[int, int, int], int], dp: int, tp: int, pp: int
-            ) -> dict[str, list[list[int]]]:
+
+def _layout(
+    rank: Callable[[int, int, int], int], dp: int, tp: int, pp: int
+) -> dict[str, list[list[int]]]:
     """The groups of every axis for a (wrong) layout ``rank(p, d, t)``."""
-    return {"tp": [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
-            "dp": [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
-            "pp": [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)]}
+    return {
+        "tp": [[rank(p, d, t) for t in range(tp)] for p in range(pp) for d in range(dp)],
+        "dp": [[rank(p, d, t) for d in range(dp)] for p in range(pp) for t in range(tp)],
+        "pp": [[rank(p, d, t) for p in range(pp)] for d in range(dp) for t in range(tp)],
+    }
 
 
 def _create(groups: dict[str, list[list[int]]]) -> dict[str, Any]:
@@ -91,9 +98,15 @@ def wrong_members_only(dp: int, tp: int, pp: int) -> dict[str, Any]:
 
 def wrong_stride_two(dp: int, tp: int, pp: int) -> dict[str, Any]:
     """The dp stride hard-coded to 2 (right only when tp = 2)."""
-    return _create({"tp": axis_groups("tp", dp, tp, pp), "pp": axis_groups("pp", dp, tp, pp),
-                    "dp": [[p * dp * tp + t + 2 * d for d in range(dp)] for p in range(pp)
-                           for t in range(tp)]})
+    return _create(
+        {
+            "tp": axis_groups("tp", dp, tp, pp),
+            "pp": axis_groups("pp", dp, tp, pp),
+            "dp": [
+                [p * dp * tp + t + 2 * d for d in range(dp)] for p in range(pp) for t in range(tp)
+            ],
+        }
+    )
 
 
 def wrong_dp_outside_pp(dp: int, tp: int, pp: int) -> dict[str, Any]:
@@ -103,6 +116,7 @@ def wrong_dp_outside_pp(dp: int, tp: int, pp: int) -> dict[str, Any]:
 
 
 # -- the check ---------------------------------------------------------------------------------
+
 
 class _Recorded:
     """What a dry run's dist.new_group returns: a stand-in that remembers its ranks."""
@@ -146,15 +160,19 @@ def _collective_problem(calls: list) -> str | None:
         if [g for g, _ in rank_calls] != [g for g, _ in first]:
             show = lambda cs: [list(g) for g, _ in cs][:6]  # noqa: E731
             if sorted(g for g, _ in rank_calls) == sorted(g for g, _ in first):
-                return (f"every rank created every group, but not in the same order: rank 0 "
-                        f"created {show(first)}, rank {r} created {show(rank_calls)}. "
-                        "dist.new_group is a COLLECTIVE matched by call order: build the groups "
-                        "in one fixed order on every rank (not its own group first)")
-            return (f"dist.new_group is a COLLECTIVE: every rank must call it for EVERY group, "
-                    f"in the same order, whether or not it is a member (or pass "
-                    f"use_local_synchronization=True). Rank 0 created {show(first)}, rank {r} "
-                    f"created {show(rank_calls)}: with groups built only on their member ranks "
-                    "the others wait forever in new_group, or pair up with the wrong ranks")
+                return (
+                    f"every rank created every group, but not in the same order: rank 0 "
+                    f"created {show(first)}, rank {r} created {show(rank_calls)}. "
+                    "dist.new_group is a COLLECTIVE matched by call order: build the groups "
+                    "in one fixed order on every rank (not its own group first)"
+                )
+            return (
+                f"dist.new_group is a COLLECTIVE: every rank must call it for EVERY group, "
+                f"in the same order, whether or not it is a member (or pass "
+                f"use_local_synchronization=True). Rank 0 created {show(first)}, rank {r} "
+                f"created {show(rank_calls)}: with groups built only on their member ranks "
+                "the others wait forever in new_group, or pair up with the wrong ranks"
+            )
     return None
 
 
@@ -163,18 +181,21 @@ def _diagnose(axis: str, got: list[int], want: list[int], topo: Topology, rank: 
     strides = {b - a for a, b in zip(got, got[1:])}
     want_stride = {"tp": 1, "dp": topo.tp, "pp": topo.dp * topo.tp}[axis]
     if axis == "tp" and strides != {1} and len(got) == len(want):
-        return (f"{head}: a tp group must be CONSECUTIVE ranks (tp is the innermost axis: rank = "
-                f"(pp*{topo.dp} + dp)*{topo.tp} + tp), so that it sits inside one node, where "
-                "TP's all-reduces in every layer get NVLink")
+        return (
+            f"{head}: a tp group must be CONSECUTIVE ranks (tp is the innermost axis: rank = "
+            f"(pp*{topo.dp} + dp)*{topo.tp} + tp), so that it sits inside one node, where "
+            "TP's all-reduces in every layer get NVLink"
+        )
     for other in AXES:
         if other != axis and got == topo.axis_ranks(other, rank):
             return f"{head}: that is its {other} group (the two axes are swapped)"
     if len(strides) == 1 and strides != {want_stride}:
-        return (f"{head}: its members are {strides.pop()} apart, but along {axis} neighbours are "
-                f"{want_stride} apart here (the product of the sizes of the axes inside it; "
-                f"dp x tp x pp = {topo.dp} x {topo.tp} x {topo.pp}): a hard-coded stride?")
-    return (f"{head} (layout: rank = (pp*dp_size + dp)*tp_size + tp, tp innermost, pp "
-            "outermost)")
+        return (
+            f"{head}: its members are {strides.pop()} apart, but along {axis} neighbours are "
+            f"{want_stride} apart here (the product of the sizes of the axes inside it; "
+            f"dp x tp x pp = {topo.dp} x {topo.tp} x {topo.pp}): a hard-coded stride?"
+        )
+    return f"{head} (layout: rank = (pp*dp_size + dp)*tp_size + tp, tp innermost, pp outermost)"
 
 
 def _one_config(ctx: Any, fn: Callable, dp: int, tp: int, pp: int) -> str | None:
@@ -187,16 +208,20 @@ def _one_config(ctx: Any, fn: Callable, dp: int, tp: int, pp: int) -> str | None
     groups = fn(dp, tp, pp)
     problem = None
     if not isinstance(groups, dict) or set(groups) != set(AXES):
-        problem = ("return a dict with exactly the keys 'tp', 'dp', 'pp' (this rank's group on "
-                   f"each axis), got {groups!r}")
+        problem = (
+            "return a dict with exactly the keys 'tp', 'dp', 'pp' (this rank's group on "
+            f"each axis), got {groups!r}"
+        )
     else:
         for axis in ("tp", "dp", "pp"):
             g = groups[axis]
             try:
                 got = sorted(dist.get_process_group_ranks(g))
             except Exception:  # noqa: BLE001 - None, a rank not in it, not a group at all
-                problem = (f"rank {ctx.rank}'s {axis} value {g!r} is not a process group it "
-                           "belongs to (dist.new_group returns a non-member a placeholder)")
+                problem = (
+                    f"rank {ctx.rank}'s {axis} value {g!r} is not a process group it "
+                    "belongs to (dist.new_group returns a non-member a placeholder)"
+                )
                 break
             want = topo.axis_ranks(axis, ctx.rank)
             if got != want:
@@ -210,8 +235,10 @@ def _one_config(ctx: Any, fn: Callable, dp: int, tp: int, pp: int) -> str | None
         t = torch.tensor([float(ctx.rank)])
         dist.all_reduce(t, group=groups[axis])
         if t.item() != sum(topo.axis_ranks(axis, ctx.rank)):
-            return (f"an all-reduce over rank {ctx.rank}'s {axis} group summed {t.item():g}, "
-                    f"not the sum of its members {topo.axis_ranks(axis, ctx.rank)}")
+            return (
+                f"an all-reduce over rank {ctx.rank}'s {axis} group summed {t.item():g}, "
+                f"not the sum of its members {topo.axis_ranks(axis, ctx.rank)}"
+            )
     return None
 
 
@@ -220,20 +247,33 @@ def check(ctx: Any, fn: Callable) -> Verdict:
         problem = _one_config(ctx, fn, dp, tp, pp)
         if problem:
             return Verdict.fail(f"dp x tp x pp = {dp} x {tp} x {pp}: {problem}")
-    return Verdict.ok("every rank's tp, dp and pp groups hold the right ranks and all-reduce "
-                      "over them, in " + " and ".join(f"{d}x{t}x{p}" for d, t, p in CONFIGS))
+    return Verdict.ok(
+        "every rank's tp, dp and pp groups hold the right ranks and all-reduce "
+        "over them, in " + " and ".join(f"{d}x{t}x{p}" for d, t, p in CONFIGS)
+    )
 
 
-register(Exercise(
-    name="mesh_groups", lab="08_3d_parallelism",
-    summary="create the tp, dp and pp process groups of a dp x tp x pp mesh (tp innermost) and "
-            "return this rank's",
-    signature="fn(dp, tp, pp) -> {'tp': group, 'dp': group, 'pp': group}, called on every rank",
-    hint="which ranks differ from yours only in their tp coordinate, only in dp, only in pp? Which "
-         "ranks must call dist.new_group for a group they are not in?",
-    check=check, reference=reference,
-    wrong={"tp outermost instead of innermost": wrong_tp_outermost,
-           "groups created only on their member ranks": wrong_members_only,
-           "dp stride hard-coded to 2": wrong_stride_two,
-           "dp and pp axes swapped": wrong_dp_outside_pp},
-    world_size=8, timeout_s=90.0, solution_helpers=(axis_groups,)))
+register(
+    Exercise(
+        name="mesh_groups",
+        lab="08_3d_parallelism",
+        summary="create the tp, dp and pp process groups of a dp x tp x pp mesh (tp innermost) and "
+        "return this rank's",
+        signature="fn(dp, tp, pp) -> {'tp': group, 'dp': group, 'pp': group}, called on every rank",
+        hint=(
+            "which ranks differ from yours only in their tp coordinate, only in dp, only in pp? "
+            "Which ranks must call dist.new_group for a group they are not in?"
+        ),
+        check=check,
+        reference=reference,
+        wrong={
+            "tp outermost instead of innermost": wrong_tp_outermost,
+            "groups created only on their member ranks": wrong_members_only,
+            "dp stride hard-coded to 2": wrong_stride_two,
+            "dp and pp axes swapped": wrong_dp_outside_pp,
+        },
+        world_size=8,
+        timeout_s=90.0,
+        solution_helpers=(axis_groups,),
+    )
+)

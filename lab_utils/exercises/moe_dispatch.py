@@ -12,31 +12,48 @@ gates, capacity 1.5), compares y and the gradients of x and gate with a single-p
 reference, and names the usual mistakes: outputs put back on the wrong rows, gates not
 applied, dropped tokens not zeroed, rows not sorted by expert, the gate applied to the input.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
-                                       register)
-from lab_utils.parallel.expert_parallel import (dispatch_and_combine, expert_exchange, make_expert,
-                                                make_router, route)
+from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, first_problem, register
+from lab_utils.parallel.expert_parallel import (
+    dispatch_and_combine,
+    expert_exchange,
+    make_expert,
+    make_router,
+    route,
+)
 
 # name -> (d_model, d_hidden, n_experts, top_k, capacity factor, renormalise gates, T, group size,
 #          experts at the end that odd ranks never route to: an uneven batch)
-CONFIGS = {"world, E=8, top-2, cf=1.0": (8, 16, 8, 2, 1.0, True, 12, None, 0),
-           "groups of 2, E=4, top-1 raw gates, cf=1.5, odd ranks route nothing to expert 3":
-               (6, 12, 4, 1, 1.5, False, 10, 2, 1)}
+CONFIGS = {
+    "world, E=8, top-2, cf=1.0": (8, 16, 8, 2, 1.0, True, 12, None, 0),
+    "groups of 2, E=4, top-1 raw gates, cf=1.5, odd ranks route nothing to expert 3": (
+        6,
+        12,
+        4,
+        1,
+        1.5,
+        False,
+        10,
+        2,
+        1,
+    ),
+}
 
 
 def _inputs(d: int, E: int, k: int, cf: float, norm: bool, T: int, source: int, idle: int):
     g = torch.Generator().manual_seed(50 + source)
-    x = 0.8 * torch.randn(d, generator=torch.Generator().manual_seed(9)) + torch.randn(T, d,
-                                                                                   generator=g)
+    x = 0.8 * torch.randn(d, generator=torch.Generator().manual_seed(9)) + torch.randn(
+        T, d, generator=g
+    )
     with torch.no_grad():
         logits = make_router(d, E, seed=3)(x)
         if source % 2:
-            logits[:, E - idle:] = float("-inf")  # the last `idle` experts get no rows here
+            logits[:, E - idle :] = float("-inf")  # the last `idle` experts get no rows here
         r = route(logits, k, cf, normalize=norm)
     return x, r.expert_idx, r.gate, r.keep
 
@@ -74,24 +91,31 @@ def _dispatch_problem(sent, x, expert_idx, gate, keep) -> str | None:
     counts = torch.stack([c for _, c in sent]).sum(0)
     E = counts.numel()
     kept = torch.bincount(expert_idx[keep], minlength=E)
-    if torch.equal(counts, torch.bincount(expert_idx.reshape(-1), minlength=E)) and \
-            not torch.equal(counts, kept):
-        return ("the dropped assignments (keep == False) were sent to their experts: tokens "
-                "over an expert's capacity must not travel, and contribute 0")
+    if torch.equal(counts, torch.bincount(expert_idx.reshape(-1), minlength=E)) and not torch.equal(
+        counts, kept
+    ):
+        return (
+            "the dropped assignments (keep == False) were sent to their experts: tokens "
+            "over an expert's capacity must not travel, and contribute 0"
+        )
     if not torch.equal(counts, kept):
-        return (f"counts {counts.tolist()} are not the kept rows per expert {kept.tolist()}")
+        return f"counts {counts.tolist()} are not the kept rows per expert {kept.tolist()}"
     start = 0
     for e in range(E):
         token, slot = ((expert_idx == e) & keep).nonzero(as_tuple=True)
-        segment = rows[start:start + int(kept[e])]
+        segment = rows[start : start + int(kept[e])]
         start += int(kept[e])
         if _same_rows(segment, x[token]):
             continue
         if _same_rows(segment, gate[token, slot, None] * x[token]):
-            return ("the gate multiplied the expert's INPUT: experts are nonlinear, "
-                    "expert(g x) != g expert(x); weight the outputs")
-        return (f"the {int(kept[e])} rows at the place of expert {e} are not the tokens routed "
-                "to it: sort the rows by expert id (counts[e] consecutive rows for expert e)")
+            return (
+                "the gate multiplied the expert's INPUT: experts are nonlinear, "
+                "expert(g x) != g expert(x); weight the outputs"
+            )
+        return (
+            f"the {int(kept[e])} rows at the place of expert {e} are not the tokens routed "
+            "to it: sort the rows by expert id (counts[e] consecutive rows for expert e)"
+        )
     return None
 
 
@@ -106,22 +130,31 @@ def _diagnose(y, sent, x, expert_idx, gate, keep, experts) -> str | None:
     if problem is None or wrong_dispatch:
         return wrong_dispatch
     y = y.detach()
-    if torch.allclose(y, _dense(x, expert_idx, gate, keep, experts, use_gate=False),
-                      rtol=1e-5, atol=1e-6):
-        return ("every token got the plain SUM of its experts' outputs: the gate weights were "
-                "not applied (multiply each returned row by its slot's gate)")
+    if torch.allclose(
+        y, _dense(x, expert_idx, gate, keep, experts, use_gate=False), rtol=1e-5, atol=1e-6
+    ):
+        return (
+            "every token got the plain SUM of its experts' outputs: the gate weights were "
+            "not applied (multiply each returned row by its slot's gate)"
+        )
     all_dropped = ~keep.any(1)
     if all_dropped.any() and y[all_dropped].abs().max() > 1e-6:
-        return (f"{int(all_dropped.sum())} token(s) whose every slot was dropped got a non-zero "
-                "output: dropped tokens must stay 0")
+        return (
+            f"{int(all_dropped.sum())} token(s) whose every slot was dropped got a non-zero "
+            "output: dropped tokens must stay 0"
+        )
     several = keep.sum(1) > 1
-    ok = ((y - want).abs().max(-1).values <= 1e-5)
+    ok = (y - want).abs().max(-1).values <= 1e-5
     if several.any() and ok[~several].all() and not ok[several].all():
-        return ("tokens with ONE kept slot are right, tokens with several are not: did an "
-                "indexed `y[idx] += v` keep only one of the repeated indices? (index_add sums them)")
-    return (f"the rows you sent are right, the combine is not ({problem}): each returned "
-            "row must go back to the token its sent row came from (undo your permutation), "
-            "weighted by that slot's gate[t, j] as given (not re-normalised)")
+        return (
+            "tokens with ONE kept slot are right, tokens with several are not: did an "
+            "indexed `y[idx] += v` keep only one of the repeated indices? (index_add sums them)"
+        )
+    return (
+        f"the rows you sent are right, the combine is not ({problem}): each returned "
+        "row must go back to the token its sent row came from (undo your permutation), "
+        "weighted by that slot's gate[t, j] as given (not re-normalised)"
+    )
 
 
 def _one_config(ctx, fn, name: str) -> str | None:
@@ -147,16 +180,20 @@ def _one_config(ctx, fn, name: str) -> str | None:
             counts = torch.cat([counts, counts.new_zeros(E - counts.numel())])
         sent.append((rows.detach().clone(), counts.detach().clone()))
         return expert_exchange(rows, counts, local, group)
+
     y = fn(x, expert_idx.clone(), gate, keep.clone(), E, exchange)
     problem = _diagnose(y, sent, x0, expert_idx, gate0, keep, experts)
     if short:
-        problem = (f"counts has {short[0]} entries for {E} experts: torch.bincount without "
-                   f"minlength=n_experts stops at the last expert that got rows (on this rank "
-                   f"expert {E - 1} got none); an uneven batch makes exchange fail, so pass "
-                   "minlength=n_experts")
+        problem = (
+            f"counts has {short[0]} entries for {E} experts: torch.bincount without "
+            f"minlength=n_experts stops at the last expert that got rows (on this rank "
+            f"expert {E - 1} got none); an uneven batch makes exchange fail, so pass "
+            "minlength=n_experts"
+        )
     probe = torch.randn(T, d, generator=torch.Generator().manual_seed(77 + ctx.rank))
-    differentiable = torch.tensor([float(isinstance(y, torch.Tensor) and y.requires_grad
-                                         and y.shape == x.shape)])
+    differentiable = torch.tensor(
+        [float(isinstance(y, torch.Tensor) and y.requires_grad and y.shape == x.shape)]
+    )
     dist.all_reduce(differentiable, op=dist.ReduceOp.MIN, group=group)  # all or none backward
     if differentiable.item():
         (y * probe).sum().backward()
@@ -165,8 +202,10 @@ def _one_config(ctx, fn, name: str) -> str | None:
         (_dense(xr, expert_idx, gr, keep, experts) * probe).sum().backward()
         for what, got, want in (("x.grad", x.grad, xr.grad), ("gate.grad", gate.grad, gr.grad)):
             if got is None:
-                problem = (f"{what} is None: no gradient flows back through your y (detach(), "
-                           ".data or torch.no_grad() cut the graph)")
+                problem = (
+                    f"{what} is None: no gradient flows back through your y (detach(), "
+                    ".data or torch.no_grad() cut the graph)"
+                )
                 break
             problem = compare_tensors(got, want, what=what, rtol=1e-4, atol=1e-5)
             if problem:
@@ -180,8 +219,10 @@ def check(ctx, fn) -> Verdict:
         found = first_problem(problem, ctx.group)  # every rank stops, with the first cause
         if found:
             return Verdict.fail(f"[{name}] rank {found[0]}: {found[1]}")
-    return Verdict.ok(f"outputs and gradients match the single-process MoE in both "
-                      f"configurations ({'; '.join(CONFIGS)}) on all {ctx.world_size} ranks")
+    return Verdict.ok(
+        f"outputs and gradients match the single-process MoE in both "
+        f"configurations ({'; '.join(CONFIGS)}) on all {ctx.world_size} ranks"
+    )
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
@@ -226,20 +267,27 @@ def wrong_gate_on_input(x, expert_idx, gate, keep, n_experts, exchange):
     return torch.zeros_like(x).index_add(0, token[order], out)
 
 
-register(Exercise(
-    name="moe_dispatch", lab="09_moe",
-    summary="the MoE dispatch permutation and the weighted combine around the all-to-alls",
-    signature="fn(x (T, h), expert_idx (T, k), gate (T, k), keep (T, k) bool, n_experts, "
-              "exchange) -> y (T, h); exchange(rows (R, h) sorted by expert, counts (E,)) -> "
-              "(R, h) expert outputs in the same order",
-    check=check, reference=dispatch_and_combine,
-    wrong={"outputs returned to the wrong rows": wrong_position,
-           "gate weights not applied": wrong_no_gate,
-           "dropped tokens not zeroed": wrong_dropped_not_zeroed,
-           "rows not sorted by expert": wrong_unsorted,
-           "gate applied to the expert's input": wrong_gate_on_input},
-    world_size=4, timeout_s=60.0,
-    hint="flatten the (token, slot) pairs; decide which of them travel and in what order "
-         "(exchange's contract fixes the order); after the exchange, each returned row belongs "
-         "to the token its sent row came from, weighted by that slot's gate",
-))
+register(
+    Exercise(
+        name="moe_dispatch",
+        lab="09_moe",
+        summary="the MoE dispatch permutation and the weighted combine around the all-to-alls",
+        signature="fn(x (T, h), expert_idx (T, k), gate (T, k), keep (T, k) bool, n_experts, "
+        "exchange) -> y (T, h); exchange(rows (R, h) sorted by expert, counts (E,)) -> "
+        "(R, h) expert outputs in the same order",
+        check=check,
+        reference=dispatch_and_combine,
+        wrong={
+            "outputs returned to the wrong rows": wrong_position,
+            "gate weights not applied": wrong_no_gate,
+            "dropped tokens not zeroed": wrong_dropped_not_zeroed,
+            "rows not sorted by expert": wrong_unsorted,
+            "gate applied to the expert's input": wrong_gate_on_input,
+        },
+        world_size=4,
+        timeout_s=60.0,
+        hint="flatten the (token, slot) pairs; decide which of them travel and in what order "
+        "(exchange's contract fixes the order); after the exchange, each returned row belongs "
+        "to the token its sent row came from, weighted by that slot's gate",
+    )
+)

@@ -13,6 +13,7 @@ solution that ignores ``group`` mixes the groups, one that divides by the world 
 the single-process gradient of the group's batch, and requires an all-reduce's traffic: at most
 2(n-1)/n x the gradient bytes per rank (the CommLedger), whatever the number of calls.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -23,8 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from lab_utils.calc.comm import ring_bytes_per_rank
-from lab_utils.exercises._core import (Exercise, Verdict, compare_tensors, first_problem,
-                                       register)
+from lab_utils.exercises._core import Exercise, Verdict, compare_tensors, first_problem, register
 from lab_utils.parallel.data_parallel import average_gradients as reference
 
 PARTITIONS = (((0, 1, 2, 3),), ((0, 2), (1, 3)), ((0, 1, 2),))  # groups of global ranks
@@ -64,8 +64,11 @@ def _grads(ranks: tuple[int, ...]) -> dict[str, torch.Tensor | None]:
 
 
 def _same(a: dict, b: dict) -> bool:
-    return all((a[n] is None) == (b[n] is None) and (a[n] is None or torch.allclose(
-        a[n], b[n], rtol=1e-5, atol=1e-7)) for n in a)
+    return all(
+        (a[n] is None) == (b[n] is None)
+        and (a[n] is None or torch.allclose(a[n], b[n], rtol=1e-5, atol=1e-7))
+        for n in a
+    )
 
 
 def _scaled(d: dict, k: float) -> dict:
@@ -78,33 +81,49 @@ def _diagnose(got: dict, ctx: Any, world_size: int) -> str | None:
     want = _grads(ctx.group_ranks)
     for name, g in got.items():
         if want[name] is None and g is not None:
-            return (f"{name} got a gradient, but it took no part in this backward (frozen or "
-                    "unused: its .grad was None). Leave such parameters alone: an optimizer "
-                    "would now update them (weight decay, momentum), unlike torch DDP")
+            return (
+                f"{name} got a gradient, but it took no part in this backward (frozen or "
+                "unused: its .grad was None). Leave such parameters alone: an optimizer "
+                "would now update them (weight decay, momentum), unlike torch DDP"
+            )
         if want[name] is not None and g is None:
             return f"the gradient of {name} disappeared (it is None after your function)"
     if _same(got, want):
         return None
     if _same(got, _grads((ctx.global_rank,))):
-        return ("every rank still holds its LOCAL gradient: nothing reached p.grad. all_reduce "
-                "works in place on the tensor you pass: reduce p.grad itself (not a copy), or "
-                "copy the result back")
+        return (
+            "every rank still holds its LOCAL gradient: nothing reached p.grad. all_reduce "
+            "works in place on the tensor you pass: reduce p.grad itself (not a copy), or "
+            "copy the result back"
+        )
     if _same(got, _scaled(want, n)):
-        return (f"the gradients are {n}x the average: they were summed over the {n} ranks but "
-                f"not divided by {n}, so every update would be {n} times too big")
+        return (
+            f"the gradients are {n}x the average: they were summed over the {n} ranks but "
+            f"not divided by {n}, so every update would be {n} times too big"
+        )
     if n != world_size and _same(got, _scaled(want, n / world_size)):
-        return (f"divided by {world_size}, the size of the WHOLE world, but this group has {n} "
-                "ranks: the average is over the group (dist.get_world_size(group))")
+        return (
+            f"divided by {world_size}, the size of the WHOLE world, but this group has {n} "
+            "ranks: the average is over the group (dist.get_world_size(group))"
+        )
     if _same(got, _scaled(want, 1 / n)):
-        return (f"the gradients are 1/{n} of the average: divided by {n} twice (e.g. a division "
-                "and ReduceOp.AVG), so every update would be too small")
+        return (
+            f"the gradients are 1/{n} of the average: divided by {n} twice (e.g. a division "
+            "and ReduceOp.AVG), so every update would be too small"
+        )
     everyone = _grads(tuple(range(world_size)))
-    if n != world_size and any(_same(got, _scaled(everyone, world_size / k))
-                               for k in (n, world_size)):
-        return ("the result mixes in gradients of ranks OUTSIDE the group: the all-reduce ran on "
-                "the default (whole-world) group; pass group=group to every collective")
-    name = next(k for k in got if got[k] is not None and not torch.allclose(
-        got[k], want[k], rtol=1e-5, atol=1e-7))
+    if n != world_size and any(
+        _same(got, _scaled(everyone, world_size / k)) for k in (n, world_size)
+    ):
+        return (
+            "the result mixes in gradients of ranks OUTSIDE the group: the all-reduce ran on "
+            "the default (whole-world) group; pass group=group to every collective"
+        )
+    name = next(
+        k
+        for k in got
+        if got[k] is not None and not torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-7)
+    )
     return f"{compare_tensors(got[name], want[name], what=f'gradient of {name}')}"
 
 
@@ -123,11 +142,14 @@ def check_in_group(ctx: Any, fn: Any, world_size: int) -> str | None:
         except Exception as exc:  # noqa: BLE001 - the learner's error becomes the verdict
             hint = ""
             if isinstance(exc, (AttributeError, TypeError)) and "None" in str(exc):
-                hint = (" -- some parameters have .grad None (here `scale`, frozen, and "
-                        "`unused`, never called): skip them, they are None on every rank alike")
+                hint = (
+                    " -- some parameters have .grad None (here `scale`, frozen, and "
+                    "`unused`, never called): skip them, they are None on every rank alike"
+                )
             return f"your function raised {type(exc).__name__}: {exc}{hint}"
-    got = {n: None if p.grad is None else p.grad.detach().clone()
-           for n, p in net.named_parameters()}
+    got = {
+        n: None if p.grad is None else p.grad.detach().clone() for n, p in net.named_parameters()
+    }
     problem = _diagnose(got, ctx, world_size)
     if problem:
         return problem
@@ -135,9 +157,11 @@ def check_in_group(ctx: Any, fn: Any, world_size: int) -> str | None:
     limit = ring_bytes_per_rank("all_reduce", ctx.world_size, grad_bytes)
     if ledger.bytes_sent() > limit * (1 + 1e-9):
         ops = sorted({r.op for r in ledger.records})
-        return (f"the gradients are right, but this rank sent {ledger.bytes_sent():.0f} B "
-                f"(ledger) with {ops}; an all-reduce of the {grad_bytes} B of gradients sends "
-                f"2(n-1)/n x {grad_bytes} = {limit:.0f} B per rank, which is what DDP costs")
+        return (
+            f"the gradients are right, but this rank sent {ledger.bytes_sent():.0f} B "
+            f"(ledger) with {ops}; an all-reduce of the {grad_bytes} B of gradients sends "
+            f"2(n-1)/n x {grad_bytes} = {limit:.0f} B per rank, which is what DDP costs"
+        )
     return None
 
 
@@ -145,20 +169,30 @@ def check(ctx: Any, fn: Any) -> Verdict:
     """Every configuration of PARTITIONS in one launch of 4 ranks; ranks in no group sit out."""
     me, world = ctx.rank, ctx.world_size
     for partition in PARTITIONS:
-        groups = [dist.new_group(list(ranks)) for ranks in partition]  # every rank makes every group
+        groups = [
+            dist.new_group(list(ranks)) for ranks in partition
+        ]  # every rank makes every group
         problem = None
         for ranks, group in zip(partition, groups):
             if me in ranks:
-                gctx = SimpleNamespace(rank=ranks.index(me), world_size=len(ranks), group=group,
-                                       global_rank=me, group_ranks=ranks)
+                gctx = SimpleNamespace(
+                    rank=ranks.index(me),
+                    world_size=len(ranks),
+                    group=group,
+                    global_rank=me,
+                    group_ranks=ranks,
+                )
                 problem = check_in_group(gctx, fn, world)
         found = first_problem(problem, ctx.group)  # every rank learns the verdict
         if found:
             where = " and ".join(str(list(g)) for g in partition)
-            return Verdict.fail(f"with group(s) {where} of {world} ranks, rank {found[0]}: "
-                                f"{found[1]}")
-    return Verdict.ok("every gradient is the group's average, on the whole world, on two "
-                      "sub-groups of 2 and on a group of 3; 2(n-1)/n x the gradient bytes per rank")
+            return Verdict.fail(
+                f"with group(s) {where} of {world} ranks, rank {found[0]}: {found[1]}"
+            )
+    return Verdict.ok(
+        "every gradient is the group's average, on the whole world, on two "
+        "sub-groups of 2 and on a group of 3; 2(n-1)/n x the gradient bytes per rank"
+    )
 
 
 # ---- known-wrong answers (tests/test_exercises.py requires every one rejected) ---------------
@@ -191,7 +225,6 @@ def wrong_no_skip_of_missing_grads(model, group):
 
 
 def wrong_zero_fills_missing_grads(model, group):
-    n = dist.get_world_size(group)
     for p in model.parameters():
         if p.grad is None:
             p.grad = torch.zeros_like(p)  # now the optimizer updates a frozen/unused parameter
@@ -214,20 +247,31 @@ def wrong_averages_twice(model, group):
             dist.all_reduce(p.grad, op=dist.ReduceOp.AVG, group=group)
 
 
-register(Exercise(
-    name="naive_ddp", lab="04_data_parallel",
-    summary="naive DDP's gradient sync: after backward, every .grad becomes its average over the group",
-    signature="fn(model: nn.Module, group) -> None; called after loss.backward() on every rank "
-              "of group; afterwards each p.grad holds the group's average (in place)",
-    check=check, reference=reference,
-    wrong={"sums without averaging (N x too big an update)": wrong_sum_not_average,
-           "divides by the world size, not the group's": wrong_divides_by_world_size,
-           "ignores the group argument": wrong_ignores_group,
-           "crashes on a parameter without a gradient": wrong_no_skip_of_missing_grads,
-           "gives unused/frozen parameters zero gradients": wrong_zero_fills_missing_grads,
-           "all-reduces a copy of the gradient": wrong_reduces_a_copy,
-           "averages twice": wrong_averages_twice},
-    world_size=4, timeout_s=60.0,
-    hint="after backward every rank holds its own gradient; the job wants the mean over the "
-         "ranks of `group`, in p.grad itself. Which collective sums across ranks, which group "
-         "does it run on, what do you divide by, and what about a .grad that is None?"))
+register(
+    Exercise(
+        name="naive_ddp",
+        lab="04_data_parallel",
+        summary=(
+            "naive DDP's gradient sync: after backward, every .grad becomes its average over "
+            "the group"
+        ),
+        signature="fn(model: nn.Module, group) -> None; called after loss.backward() on every rank "
+        "of group; afterwards each p.grad holds the group's average (in place)",
+        check=check,
+        reference=reference,
+        wrong={
+            "sums without averaging (N x too big an update)": wrong_sum_not_average,
+            "divides by the world size, not the group's": wrong_divides_by_world_size,
+            "ignores the group argument": wrong_ignores_group,
+            "crashes on a parameter without a gradient": wrong_no_skip_of_missing_grads,
+            "gives unused/frozen parameters zero gradients": wrong_zero_fills_missing_grads,
+            "all-reduces a copy of the gradient": wrong_reduces_a_copy,
+            "averages twice": wrong_averages_twice,
+        },
+        world_size=4,
+        timeout_s=60.0,
+        hint="after backward every rank holds its own gradient; the job wants the mean over the "
+        "ranks of `group`, in p.grad itself. Which collective sums across ranks, which group "
+        "does it run on, what do you divide by, and what about a .grad that is None?",
+    )
+)

@@ -18,14 +18,19 @@ Communication per configuration: 2 (p-1) m p2p messages of (b, T, C) fp32 per pi
 one all_gather_object of each rank's summary (events, peak count, gradient verdict) so that
 every rank judges alike.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from lab_utils.calc.timeline import bubble_from_timeline
 from lab_utils.exercises._core import Exercise, Verdict, register
-from lab_utils.exercises._pipeline_check import (check_orders, ideal_bubble, stuck_or_wrong,
-                                                 validate_orders)
+from lab_utils.exercises._pipeline_check import (
+    check_orders,
+    ideal_bubble,
+    stuck_or_wrong,
+    validate_orders,
+)
 
 CONFIGS = ((4, 8), (2, 5), (4, 2))  # (stages p, micro-batches m); p = 2 runs as 2 pipelines
 STUCK_AFTER_S = 3.0
@@ -79,9 +84,15 @@ def wrong_hardcoded_p(stage: int, p: int, m: int) -> list[str]:
 
 def _validate(orders: list[Any], p: int, m: int) -> str | None:
     """Why the orders are not schedules at all, or None."""
-    return validate_orders(orders, p, m, {"B": "F"}, "a backward needs its forward",
-                           "every micro-batch needs a forward and a backward on every stage; "
-                           "the cool-down drains the last backwards")
+    return validate_orders(
+        orders,
+        p,
+        m,
+        {"B": "F"},
+        "a backward needs its forward",
+        "every micro-batch needs a forward and a backward on every stage; "
+        "the cool-down drains the last backwards",
+    )
 
 
 def check(ctx: Any, fn: Callable) -> Verdict:
@@ -91,8 +102,12 @@ def check(ctx: Any, fn: Callable) -> Verdict:
 def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verdict:
     """``ranks``: the summaries of ONE pipeline's stages, stage order."""
     where = f"p={p}, m={m}"
-    failed = stuck_or_wrong(ranks, where, STUCK_AFTER_S, "A stage must run enough forwards "
-                            "(warm-up) before its first backward.")
+    failed = stuck_or_wrong(
+        ranks,
+        where,
+        STUCK_AFTER_S,
+        "A stage must run enough forwards (warm-up) before its first backward.",
+    )
     if failed:
         return failed
     peaks = [r["peak"] for r in ranks]
@@ -104,7 +119,9 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
             f"micro-batches at once (per stage: {peaks}); 1F1B holds at most min(p - s, m) = "
             f"{min(p - s, m)} on stage s (GPipe holds all m = {m}). The bubble is the same "
             "either way: 1F1B's gain is MEMORY, from starting each backward as early as "
-            "possible.", peaks=peaks)
+            "possible.",
+            peaks=peaks,
+        )
     measured = bubble_from_timeline([e for r in ranks for e in r["events"]]).mean
     ideal, yours = (p - 1) / (m + p - 1), ideal_bubble(orders, p)
     best = ideal_bubble([reference(s, p, m) for s in range(p)], p)
@@ -115,27 +132,41 @@ def _verdict(ranks: list[dict], orders: list[list[str]], p: int, m: int) -> Verd
             f"{yours:.0%} of the step, 1F1B (p-1)/(m+p-1) = {ideal:.0%}; measured on the "
             f"ranks: {measured:.0%}."
             " Some stage waits for a gradient when it could be running forwards: check the "
-            "warm-up count.", bubble=measured, peaks=peaks)
+            "warm-up count.",
+            bubble=measured,
+            peaks=peaks,
+        )
     same = orders == [reference(s, p, m) for s in range(p)]
-    return Verdict.ok(f"{where}: gradients match the reference, peak in-flight {peaks} "
-                      f"(<= min(p - s, m)), bubble {measured:.0%} measured vs (p-1)/(m+p-1) = "
-                      f"{ideal:.0%}"
-                      + ("" if same else " (your order differs from the textbook one)"),
-                      bubble=measured, peaks=peaks)
+    return Verdict.ok(
+        f"{where}: gradients match the reference, peak in-flight {peaks} "
+        f"(<= min(p - s, m)), bubble {measured:.0%} measured vs (p-1)/(m+p-1) = "
+        f"{ideal:.0%}" + ("" if same else " (your order differs from the textbook one)"),
+        bubble=measured,
+        peaks=peaks,
+    )
 
 
-register(Exercise(
-    name="onef1b_order", lab="07_pipeline_parallel",
-    summary="the order of forwards and backwards of 1F1B on each pipeline stage",
-    check=check, reference=reference,
-    wrong={"GPipe order (holds m micro-batches)": wrong_gpipe,
-           "warm-up of `stage` forwards (deadlocks)": wrong_warmup_by_stage,
-           "no warm-up (no pipelining)": wrong_no_warmup,
-           "one warm-up forward too many (holds p - s + 1)": wrong_extra_warmup,
-           "warm-up without min(., m) (m < p)": wrong_no_min,
-           "p = 4 hard-coded (holds too many at p = 2)": wrong_hardcoded_p},
-    world_size=4, timeout_s=90.0, solution_helpers=(_with_warmup,),
-    signature='fn(stage, p, m) -> list[str], e.g. ["F0", "F1", "B0", "F2", "B1", ...]',
-    hint="how many forwards must stage s run before the first gradient can come back to it, "
-         "and what if there are fewer micro-batches than that? Then what keeps at most that many "
-         "in flight, and what is left at the end?"))
+register(
+    Exercise(
+        name="onef1b_order",
+        lab="07_pipeline_parallel",
+        summary="the order of forwards and backwards of 1F1B on each pipeline stage",
+        check=check,
+        reference=reference,
+        wrong={
+            "GPipe order (holds m micro-batches)": wrong_gpipe,
+            "warm-up of `stage` forwards (deadlocks)": wrong_warmup_by_stage,
+            "no warm-up (no pipelining)": wrong_no_warmup,
+            "one warm-up forward too many (holds p - s + 1)": wrong_extra_warmup,
+            "warm-up without min(., m) (m < p)": wrong_no_min,
+            "p = 4 hard-coded (holds too many at p = 2)": wrong_hardcoded_p,
+        },
+        world_size=4,
+        timeout_s=90.0,
+        solution_helpers=(_with_warmup,),
+        signature='fn(stage, p, m) -> list[str], e.g. ["F0", "F1", "B0", "F2", "B1", ...]',
+        hint="how many forwards must stage s run before the first gradient can come back to it, "
+        "and what if there are fewer micro-batches than that? Then what keeps at most that many "
+        "in flight, and what is left at the end?",
+    )
+)

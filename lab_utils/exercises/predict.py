@@ -26,6 +26,7 @@ formula, measurement and verdict once revealed, so the review at the end of each
 flashcard widget, ``lab_utils.cards.review_widget``) shows the learner their guesses again:
 ``history(lab)``, ``history_html(lab)``.
 """
+
 from __future__ import annotations
 
 import html
@@ -35,8 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from lab_utils.exercises.predict_view import (GREY, committed_html, show_after_commit, show_input,
-                                              show_live)
+from lab_utils.exercises.predict_view import (
+    GREY,
+    committed_html,
+    show_after_commit,
+    show_input,
+    show_live,
+)
 from lab_utils.exercises.prediction_store import BOX_STYLE, fmt, load, plain, predictions_path, save
 from lab_utils.exercises.typed_guess import read_guess
 from lab_utils.shown import ShownOnce, in_notebook
@@ -97,18 +103,29 @@ class Prediction(ShownOnce):
         self.value = value
         if not self.preset:
             store = load(predictions_path())
-            store[self.key] = {"question": self.question, "unit": self.unit, "guess": value,
-                               "time": time.time()}
+            store[self.key] = {
+                "question": self.question,
+                "unit": self.unit,
+                "guess": value,
+                "time": time.time(),
+            }
             save(predictions_path(), store)
         for listener in list(self._listeners):
             listener()
 
-    def comparison(self, formula: Any = None, measured: Any = None, answer: Any = None) -> list[dict]:
+    def comparison(
+        self, formula: Any = None, measured: Any = None, answer: Any = None
+    ) -> list[dict]:
         """Rows of guess / formula / measured (or the right choice) with the verdict."""
         if self.choices:
             right = answer
-            return [{"your guess": self.value, "answer": right,
-                     "verdict": "right" if self.value == right else "not this time"}]
+            return [
+                {
+                    "your guess": self.value,
+                    "answer": right,
+                    "verdict": "right" if self.value == right else "not this time",
+                }
+            ]
         truth = measured if measured is not None else formula
         row = {"your guess": self.value}
         if formula is not None:
@@ -118,8 +135,14 @@ class Prediction(ShownOnce):
         row["verdict"] = off_by(float(self.value), float(truth)) if truth is not None else ""
         return [row]
 
-    def reveal(self, formula: Any = None, measured: Any = None, answer: Any = None,
-               why: str = "", show: Any = ()) -> Any:
+    def reveal(
+        self,
+        formula: Any = None,
+        measured: Any = None,
+        answer: Any = None,
+        why: str = "",
+        show: Any = (),
+    ) -> Any:
         """Show guess vs formula vs measured once committed (fills in later if not yet).
 
         ``measured`` is what the run observed (say what kind: ledger, wire, timer) and
@@ -181,22 +204,34 @@ class Prediction(ShownOnce):
         entry = store.get(self.key)
         if not isinstance(entry, dict):
             return
-        outcome = {k: plain(row[k]) for k in ("formula", "measured", "answer", "verdict")
-                   if k in row}
+        outcome = {
+            k: plain(row[k]) for k in ("formula", "measured", "answer", "verdict") if k in row
+        }
         if any(entry.get(k) != v for k, v in outcome.items()):
             entry.update(outcome)
             save(predictions_path(), store)
 
     def _html(self, rows: list[dict], why: str) -> str:
-        unit = f" <span style='color:#57606a'>({html.escape(self.unit)})</span>" if self.unit else ""
-        head = "".join(f"<th style='padding:2px 10px;text-align:left'>{html.escape(k)}</th>"
-                       for k in rows[0])
-        body = "".join("<tr>" + "".join(f"<td style='padding:2px 10px'>{html.escape(fmt(v))}</td>"
-                                        for v in r.values()) + "</tr>" for r in rows)
+        unit = (
+            f" <span style='color:#57606a'>({html.escape(self.unit)})</span>" if self.unit else ""
+        )
+        head = "".join(
+            f"<th style='padding:2px 10px;text-align:left'>{html.escape(k)}</th>" for k in rows[0]
+        )
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td style='padding:2px 10px'>{html.escape(fmt(v))}</td>" for v in r.values()
+            )
+            + "</tr>"
+            for r in rows
+        )
         preset = f" <i style='color:{GREY}'>(quick mode: a preset guess)</i>" if self.preset else ""
         note = f"<div style='margin-top:4px'>{html.escape(why)}</div>" if why else ""
-        return (f'<div style="{BOX_STYLE}"><b>{html.escape(self.question)}</b>{unit}{preset}'
-                f"<table style='margin-top:4px'><tr>{head}</tr>{body}</table>{note}</div>")
+        return (
+            f'<div style="{BOX_STYLE}"><b>{html.escape(self.question)}</b>{unit}{preset}'
+            f"<table style='margin-top:4px'><tr>{head}</tr>{body}</table>{note}</div>"
+        )
 
     def _repr_html_(self) -> str:  # what the predict() cell shows once committed
         return committed_html(self)
@@ -221,8 +256,14 @@ def _text(rows: list[dict], unit: str, why: str) -> str:
     return "\n".join(lines + ([why] if why else [])) + (f"  ({unit})" if unit else "")
 
 
-def predict(key: str, question: str, unit: str = "", quick_guess: Any = None,
-            choices: Sequence[str] = (), answer: Any = None) -> Prediction:
+def predict(
+    key: str,
+    question: str,
+    unit: str = "",
+    quick_guess: Any = None,
+    choices: Sequence[str] = (),
+    answer: Any = None,
+) -> Prediction:
     """Ask for a prediction now; reveal it later with ``.reveal(formula=..., measured=...)``.
 
     key:         "<lab>.<name>", e.g. "05.zero2_bytes": where the guess is kept.

@@ -12,6 +12,7 @@ which leaves the keyboard focus nowhere (Shift+Enter did nothing until the learn
 cell); a short script in the committed HTML selects the next cell and focuses the notebook, only
 right after the commit (a reopened, trusted notebook runs it again: the age check stops it).
 """
+
 from __future__ import annotations
 
 import html
@@ -50,14 +51,21 @@ def committed_html(p: "Prediction") -> str:
     if p.choices:
         items = "".join(
             f"<li style='color:{GREEN}'><b>&#9673; {html.escape(c)}</b> (your choice)</li>"
-            if c == p.value else f"<li style='color:{GREY}'>&#9675; {html.escape(c)}</li>"
-            for c in p.choices)
+            if c == p.value
+            else f"<li style='color:{GREY}'>&#9675; {html.escape(c)}</li>"
+            for c in p.choices
+        )
         guess = f"<ul style='list-style:none;padding-left:8px;margin:4px 0'>{items}</ul>"
     else:
-        guess = (f"<br>committed: <b>{html.escape(fmt(p.value))}</b> {html.escape(p.unit)}"
-                 if p.committed else f"<br>{NOT_COMMITTED}")
-    return (f'<div class="lab-prediction-committed" style="{BOX_STYLE}"><b>Your prediction:</b> '
-            f"{html.escape(p.question)}{preset}{guess}</div>")
+        guess = (
+            f"<br>committed: <b>{html.escape(fmt(p.value))}</b> {html.escape(p.unit)}"
+            if p.committed
+            else f"<br>{NOT_COMMITTED}"
+        )
+    return (
+        f'<div class="lab-prediction-committed" style="{BOX_STYLE}"><b>Your prediction:</b> '
+        f"{html.escape(p.question)}{preset}{guess}</div>"
+    )
 
 
 def bundle(text: str, page_html: str) -> dict[str, str]:
@@ -67,18 +75,22 @@ def bundle(text: str, page_html: str) -> dict[str, str]:
 def show_input(p: "Prediction") -> None:
     """Display the input; once committed, replace it with the committed HTML (see above)."""
     from IPython.display import display
+
     handle = display(_input_widget(p), display_id=True)
 
     def replace() -> None:
         focus = FOCUS_NEXT_CELL % int(time.time() * 1000)
         handle.update(bundle(repr(p), committed_html(p) + focus), raw=True)
+
     p._listeners.append(replace)
 
 
-def show_live(render: Callable[[], str], text: Callable[[], str],
-              meta: dict | None = None) -> Callable[[], None]:
+def show_live(
+    render: Callable[[], str], text: Callable[[], str], meta: dict | None = None
+) -> Callable[[], None]:
     """Display ``render()`` as plain HTML now; the returned function redraws it in place."""
     from IPython.display import display
+
     md = {REVEAL_META: meta} if meta else None
     handle = display(bundle(text(), render()), raw=True, display_id=True, metadata=md)
     return lambda: handle.update(bundle(text(), render()), raw=True, metadata=md)
@@ -88,6 +100,7 @@ def show_after_commit(p: "Prediction", items: Sequence[Any]) -> None:
     """Display each of ``items`` (a table, a figure: what shows the answer) only once ``p`` is
     committed: now if it is, else an empty output that the commit fills in place."""
     from IPython.display import display
+
     for item in items:
         if p.committed:
             display(item)
@@ -98,6 +111,7 @@ def show_after_commit(p: "Prediction", items: Sequence[Any]) -> None:
 
 def _fill(handle: Any, item: Any) -> None:
     from IPython.core.formatters import format_display_data
+
     data, metadata = format_display_data(item)
     handle.update(data, metadata=metadata, raw=True)
 
@@ -108,6 +122,7 @@ def _input_widget(p: "Prediction") -> Any:
     import ipywidgets as widgets
 
     from lab_utils.exercises.typed_box import TypedBox
+
     label = widgets.HTML(f"<b>Your prediction:</b> {html.escape(p.question)}")
     error = widgets.HTML()
 
@@ -123,8 +138,9 @@ def _input_widget(p: "Prediction") -> Any:
             error.value = f"<span style='color:{RED}'>{html.escape(str(exc))}</span>"
 
     if p.choices:  # one option per line, each label whole (toggle buttons cut long ones)
-        radio = widgets.RadioButtons(options=list(p.choices), value=None,
-                                     layout=widgets.Layout(width="auto"))
+        radio = widgets.RadioButtons(
+            options=list(p.choices), value=None, layout=widgets.Layout(width="auto")
+        )
         button = widgets.Button(description="Commit", button_style="primary")
         button.on_click(lambda _: commit(radio.value))
         row: Any = widgets.VBox([radio, button])

@@ -5,6 +5,7 @@ verdict live in ``predictions.json`` beside the flashcard progress (``~/.distrib
 ``LAB_PREDICTIONS`` overrides the path). ``history(lab)`` lists them; ``history_html(lab)`` is the
 table the flashcard review widget shows above the cards.
 """
+
 from __future__ import annotations
 
 import html
@@ -40,7 +41,7 @@ def save(path: Path, data: dict) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
-    predictions_saved(data)   # a live class, if the learner joined one (lab_utils.classroom)
+    predictions_saved(data)  # a live class, if the learner joined one (lab_utils.classroom)
 
 
 def history(lab: str | None = None) -> list[dict]:
@@ -70,13 +71,22 @@ def history_html(lab: str | None = None) -> str:
     cols = ("question", "guess", "formula", "measured", "answer", "verdict")
     head = "".join(f"<th style='padding:2px 8px;text-align:left'>{c}</th>" for c in cols)
     body = "".join(
-        "<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c, '')))}"
-                         + (f" {html.escape(r.get('unit', ''))}" if c == "guess" and r.get("unit")
-                            else "") + "</td>" for c in cols) + "</tr>" for r in rows)
+        "<tr>"
+        + "".join(
+            f"<td style='padding:2px 8px'>{html.escape(fmt(r.get(c, '')))}"
+            + (f" {html.escape(r.get('unit', ''))}" if c == "guess" and r.get("unit") else "")
+            + "</td>"
+            for c in cols
+        )
+        + "</tr>"
+        for r in rows
+    )
     where = f"lab {str(lab).zfill(2)}" if lab is not None else "every lab"
-    return (f'<div style="{BOX_STYLE}"><b>Your predictions in {where}</b>, as you committed them '
-            f"(before the run) and as they were revealed<table style='margin-top:4px'>"
-            f"<tr>{head}</tr>{body}</table></div>")
+    return (
+        f'<div style="{BOX_STYLE}"><b>Your predictions in {where}</b>, as you committed them '
+        f"(before the run) and as they were revealed<table style='margin-top:4px'>"
+        f"<tr>{head}</tr>{body}</table></div>"
+    )
 
 
 def fmt(v: Any) -> str:

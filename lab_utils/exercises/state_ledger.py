@@ -21,6 +21,7 @@ by its misconception: one Adam moment, mixed precision "halving" the 16 B, a for
 copy, 16-bit gradients under autocast, fp32 moments for bf16 weights, SGD counted like Adam,
 a tied weight counted twice.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,39 +33,62 @@ from lab_utils.exercises._core import Exercise, Verdict, register
 BUCKETS = ("params", "grads", "master", "optimizer")
 CONFIGS = (  # (label, GPTConfig kwargs)
     ("TinyGPT 2 layers, d_model 32, untied", dict()),
-    ("TinyGPT 3 layers, d_model 48, embedding tied to the output head",
-     dict(n_layer=3, d_model=48, n_head=4, vocab_size=96, tie_weights=True)),
+    (
+        "TinyGPT 3 layers, d_model 48, embedding tied to the output head",
+        dict(n_layer=3, d_model=48, n_head=4, vocab_size=96, tie_weights=True),
+    ),
 )
 
 
 def state_ledger(model, recipe: str) -> dict[str, int]:
     """Bytes of params, grads, fp32 master weights and optimizer state for a recipe."""
-    n = sum(p.numel() for p in model.parameters())      # each tensor once: tied weights too
+    n = sum(p.numel() for p in model.parameters())  # each tensor once: tied weights too
     fp32, bf16 = 4, 2
-    weights = bf16 if recipe in ("mixed_adam", "bf16_adam") else fp32   # autocast: fp32 weights
-    grads = weights                                     # .grad has its parameter's dtype
-    master = fp32 if recipe == "mixed_adam" else 0      # the fp32 copy the update is applied to
-    buffers = 1 if recipe == "fp32_sgd_momentum" else 2                 # momentum | Adam m, v
-    state = fp32 if recipe == "mixed_adam" else weights  # torch makes state like the param it updates
-    return {"params": n * weights, "grads": n * grads, "master": n * master,
-            "optimizer": n * buffers * state}
+    weights = bf16 if recipe in ("mixed_adam", "bf16_adam") else fp32  # autocast: fp32 weights
+    grads = weights  # .grad has its parameter's dtype
+    master = fp32 if recipe == "mixed_adam" else 0  # the fp32 copy the update is applied to
+    buffers = 1 if recipe == "fp32_sgd_momentum" else 2  # momentum | Adam m, v
+    state = (
+        fp32 if recipe == "mixed_adam" else weights
+    )  # torch makes state like the param it updates
+    return {
+        "params": n * weights,
+        "grads": n * grads,
+        "master": n * master,
+        "optimizer": n * buffers * state,
+    }
 
 
 # ----------------------------------------------------------------------------- wrong versions
-def _ledger(model, per_param: dict[str, tuple[int, int, int, int]], recipe: str,
-            n: int | None = None) -> dict[str, int]:
+def _ledger(
+    model, per_param: dict[str, tuple[int, int, int, int]], recipe: str, n: int | None = None
+) -> dict[str, int]:
     n = sum(p.numel() for p in model.parameters()) if n is None else n
     return dict(zip(BUCKETS, (n * b for b in per_param[recipe])))
 
 
-RIGHT = {"fp32_adam": (4, 4, 0, 8), "mixed_adam": (2, 2, 4, 8), "amp_adam": (4, 4, 0, 8),
-         "bf16_adam": (2, 2, 0, 4), "fp32_sgd_momentum": (4, 4, 0, 4)}
+RIGHT = {
+    "fp32_adam": (4, 4, 0, 8),
+    "mixed_adam": (2, 2, 4, 8),
+    "amp_adam": (4, 4, 0, 8),
+    "bf16_adam": (2, 2, 0, 4),
+    "fp32_sgd_momentum": (4, 4, 0, 4),
+}
 
 
 def wrong_one_moment(model, recipe):
     """Adam's state counted as one buffer (like SGD momentum)."""
-    return _ledger(model, {**RIGHT, "fp32_adam": (4, 4, 0, 4), "mixed_adam": (2, 2, 4, 4),
-                           "amp_adam": (4, 4, 0, 4), "bf16_adam": (2, 2, 0, 2)}, recipe)
+    return _ledger(
+        model,
+        {
+            **RIGHT,
+            "fp32_adam": (4, 4, 0, 4),
+            "mixed_adam": (2, 2, 4, 4),
+            "amp_adam": (4, 4, 0, 4),
+            "bf16_adam": (2, 2, 0, 2),
+        },
+        recipe,
+    )
 
 
 def wrong_mixed_halves(model, recipe):
@@ -105,6 +129,7 @@ def _truth(k: int, recipe: str) -> tuple[int, dict, dict]:
     from lab_utils.calc import model_state_memory
     from lab_utils.experiments.lab01 import measure_recipe
     from lab_utils.models import GPTConfig, TinyGPT, count_params
+
     cfg = GPTConfig(**CONFIGS[k][1])
     n = count_params(TinyGPT(cfg))
     calc = model_state_memory(n, recipe).as_dict()
@@ -136,38 +161,53 @@ def _why(recipe: str, got: dict, exp: dict, n: int, tied: bool) -> str:
     ratios = {got[b] / exp[b] for b in BUCKETS if exp[b]}
     if len(ratios) == 1 and all(got[b] == 0 for b in BUCKETS if not exp[b]):
         if tied:
-            return ("every bucket is off by the same factor: the parameter count. This model's "
-                    "output head IS its token embedding (one tensor in two places): count each "
-                    "parameter tensor once, e.g. model.parameters(), not the state_dict or names.")
-        return ("every bucket is off by the same factor: count the parameters with "
-                "model.parameters().")
+            return (
+                "every bucket is off by the same factor: the parameter count. This model's "
+                "output head IS its token embedding (one tensor in two places): count each "
+                "parameter tensor once, e.g. model.parameters(), not the state_dict or names."
+            )
+        return (
+            "every bucket is off by the same factor: count the parameters with model.parameters()."
+        )
     adam = recipe != "fp32_sgd_momentum"
     if recipe == "mixed_adam":
         if per["master"] == 0 and per["optimizer"] == 12:
-            return ("the fp32 master copy is a bucket of its own: 4 B in 'master', and m and v "
-                    "(8 B) in 'optimizer', not 12 B lumped into the optimizer.")
+            return (
+                "the fp32 master copy is a bucket of its own: 4 B in 'master', and m and v "
+                "(8 B) in 'optimizer', not 12 B lumped into the optimizer."
+            )
         if per["master"] == 0 and per["optimizer"] == 4:
-            return ("mixed precision does not halve the 16 B: only the weights and gradients that "
-                    "forward/backward use are 16-bit; the optimizer adds an fp32 master copy "
-                    "(4 B) and keeps m and v in fp32 (8 B).")
+            return (
+                "mixed precision does not halve the 16 B: only the weights and gradients that "
+                "forward/backward use are 16-bit; the optimizer adds an fp32 master copy "
+                "(4 B) and keeps m and v in fp32 (8 B)."
+            )
         if per["master"] == 0:
-            return ("mixed precision keeps an fp32 MASTER copy of every weight (4 B) in the "
-                    "optimizer: an update applied to bf16 weights would round away (lab 02).")
+            return (
+                "mixed precision keeps an fp32 MASTER copy of every weight (4 B) in the "
+                "optimizer: an update applied to bf16 weights would round away (lab 02)."
+            )
         if per["params"] != 2 or per["grads"] != 2:
             return "in this recipe the model itself is bf16: its weights and .grad are 2 B each."
     if recipe == "amp_adam":
         if per["grads"] == 2:
-            return ("torch.autocast casts to bf16 inside each operation, but the parameters stay "
-                    "fp32, so their .grad is fp32 too: 4 B, not 2.")
+            return (
+                "torch.autocast casts to bf16 inside each operation, but the parameters stay "
+                "fp32, so their .grad is fp32 too: 4 B, not 2."
+            )
         if per["params"] != 4 or per["master"]:
-            return ("torch.autocast leaves the parameters in fp32 (4 B) and needs no master copy: "
-                    "the weights already are the fp32 copy.")
+            return (
+                "torch.autocast leaves the parameters in fp32 (4 B) and needs no master copy: "
+                "the weights already are the fp32 copy."
+            )
     if recipe == "bf16_adam":
         if per["master"]:
             return "this recipe keeps no master copy: AdamW updates the bf16 weights directly."
         if per["optimizer"] == 8:
-            return ("torch.optim.AdamW creates m and v with zeros_like(param): bf16 weights get "
-                    "bf16 moments, 2 + 2 B, not fp32.")
+            return (
+                "torch.optim.AdamW creates m and v with zeros_like(param): bf16 weights get "
+                "bf16 moments, 2 + 2 B, not fp32."
+            )
     if adam and per["optimizer"] * 2 == exp["optimizer"] / n:
         return "Adam keeps TWO moments per parameter (m and v), not one."
     if not adam and per["optimizer"] == 8:
@@ -179,40 +219,56 @@ def _why(recipe: str, got: dict, exp: dict, n: int, tied: bool) -> str:
 
 
 def check(ctx, fn) -> Verdict:
-    from lab_utils.models import GPTConfig, TinyGPT
     from lab_utils.experiments.lab01 import RECIPE_NAMES
+    from lab_utils.models import GPTConfig, TinyGPT
+
     for k, (label, kwargs) in enumerate(CONFIGS):
         for recipe in RECIPE_NAMES:
             n, calc, measured = _truth(k, recipe)
-            if calc != measured:   # the grader's own check: calculator == measurement
-                return Verdict.fail(f"{label}, {recipe}: calculator {calc} != measured "
-                                    f"{measured}; please report this")
+            if calc != measured:  # the grader's own check: calculator == measurement
+                return Verdict.fail(
+                    f"{label}, {recipe}: calculator {calc} != measured "
+                    f"{measured}; please report this"
+                )
             got = _as_ledger(fn(TinyGPT(GPTConfig(**kwargs)), recipe))
             if isinstance(got, str):
                 return Verdict.fail(f"{label}, {recipe}: {got}")
             if any(abs(got[b] - calc[b]) > 0.5 for b in BUCKETS):
-                table = "; ".join(f"{b}: yours {got[b] / n:g}, calc and measured "
-                                  f"{calc[b] / n:g}" for b in BUCKETS)
-                return Verdict.fail(f"{label} (N = {n:,}), recipe {recipe}: "
-                                    f"{_why(recipe, got, calc, n, kwargs.get('tie_weights', False))}"
-                                    f"  [bytes per parameter - {table}]")
-    return Verdict.ok("every bucket matches the calculator and the bytes measured after a real "
-                      "step, for 5 recipes on 2 models (one with tied weights)")
+                table = "; ".join(
+                    f"{b}: yours {got[b] / n:g}, calc and measured {calc[b] / n:g}" for b in BUCKETS
+                )
+                return Verdict.fail(
+                    f"{label} (N = {n:,}), recipe {recipe}: "
+                    f"{_why(recipe, got, calc, n, kwargs.get('tie_weights', False))}"
+                    f"  [bytes per parameter - {table}]"
+                )
+    return Verdict.ok(
+        "every bucket matches the calculator and the bytes measured after a real "
+        "step, for 5 recipes on 2 models (one with tied weights)"
+    )
 
 
-register(Exercise(
-    name="state_ledger", lab="01_memory",
-    summary="bytes of weights, grads, fp32 master and optimizer state for a training recipe",
-    signature="fn(model, recipe: str) -> {'params', 'grads', 'master', 'optimizer'} (bytes)",
-    check=check, reference=state_ledger,
-    wrong={"Adam keeps one moment": wrong_one_moment,
-           "mixed precision halves everything": wrong_mixed_halves,
-           "mixed precision without the master copy": wrong_forgot_master,
-           "16-bit gradients under autocast": wrong_autocast_16bit_grads,
-           "fp32 moments for bf16 weights": wrong_bf16_fp32_moments,
-           "SGD momentum counted like Adam": wrong_sgd_like_adam,
-           "tied weight counted twice": wrong_tied_twice},
-    world_size=1, timeout_s=60.0,
-    hint="for each bucket ask: which dtype does THIS recipe use, and how many copies per "
-         "parameter? torch makes optimizer state like the tensor it updates. Count each "
-         "parameter tensor once."))
+register(
+    Exercise(
+        name="state_ledger",
+        lab="01_memory",
+        summary="bytes of weights, grads, fp32 master and optimizer state for a training recipe",
+        signature="fn(model, recipe: str) -> {'params', 'grads', 'master', 'optimizer'} (bytes)",
+        check=check,
+        reference=state_ledger,
+        wrong={
+            "Adam keeps one moment": wrong_one_moment,
+            "mixed precision halves everything": wrong_mixed_halves,
+            "mixed precision without the master copy": wrong_forgot_master,
+            "16-bit gradients under autocast": wrong_autocast_16bit_grads,
+            "fp32 moments for bf16 weights": wrong_bf16_fp32_moments,
+            "SGD momentum counted like Adam": wrong_sgd_like_adam,
+            "tied weight counted twice": wrong_tied_twice,
+        },
+        world_size=1,
+        timeout_s=60.0,
+        hint="for each bucket ask: which dtype does THIS recipe use, and how many copies per "
+        "parameter? torch makes optimizer state like the tensor it updates. Count each "
+        "parameter tensor once.",
+    )
+)

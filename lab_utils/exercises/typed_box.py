@@ -6,6 +6,7 @@ not the custom message, so Enter could reach Python before the last keystrokes: 
 committed 5 (seen in tests/test_browser.py under load). ``TypedBox`` (a small anywidget) sends
 ``{"type": "commit", "text": ...}`` on Enter or on its Commit button, read by ``on_text``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -41,7 +42,11 @@ class TypedBox(anywidget.AnyWidget):
 
     def on_text(self, callback: Callable[[str], None]) -> None:
         def handle(_widget: Any, content: Any, _buffers: Any) -> None:
-            if isinstance(content, dict) and content.get("type") == "commit" \
-                    and isinstance(content.get("text"), str):
+            if (
+                isinstance(content, dict)
+                and content.get("type") == "commit"
+                and isinstance(content.get("text"), str)
+            ):
                 callback(content["text"])
+
         self.on_msg(handle)

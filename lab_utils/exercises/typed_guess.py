@@ -12,20 +12,45 @@ People type "5/8" for a fraction, "20%" for a share, "64 KB" for a size, "1e9", 
 
 Anything else raises ValueError naming what was typed and the unit expected.
 """
+
 from __future__ import annotations
 
 import math
 import re
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
-_TYPED = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?:/\s*(?P<den>{_NUMBER}))?\s*(?P<suffix>.*?)\s*$",
-                    re.IGNORECASE)
+_TYPED = re.compile(
+    rf"^\s*(?P<num>{_NUMBER})\s*(?:/\s*(?P<den>{_NUMBER}))?\s*(?P<suffix>.*?)\s*$", re.IGNORECASE
+)
 # sizes in bytes, times in seconds: a guess typed in one of these converts to the question's
-_SIZES = {"b": 1.0, "bytes": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "pb": 1e15,
-          "kib": 2.0 ** 10, "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40}
-_TIMES = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0,
-          "min": 60.0, "minutes": 60.0, "h": 3600.0, "hours": 3600.0, "day": 86400.0,
-          "days": 86400.0}
+_SIZES = {
+    "b": 1.0,
+    "bytes": 1.0,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "pb": 1e15,
+    "kib": 2.0**10,
+    "mib": 2.0**20,
+    "gib": 2.0**30,
+    "tib": 2.0**40,
+}
+_TIMES = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "seconds": 1.0,
+    "min": 60.0,
+    "minutes": 60.0,
+    "h": 3600.0,
+    "hours": 3600.0,
+    "day": 86400.0,
+    "days": 86400.0,
+}
 EXAMPLES = "e.g. 2.5, 1e9, 5/8, 20%, 64 KB"
 
 
@@ -69,4 +94,3 @@ def read_guess(text: str, unit: str = "") -> float:
     if not math.isfinite(value):
         raise ValueError(f"not a finite number: {shown!r}")
     return value
-

@@ -5,6 +5,7 @@ the clock a rank runs on (emulated or wall) and one window of an emulated run.
 Each runs on a rank (inside a function launched with ``lab_utils.run``) and uses the rank's own
 group; none holds state.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.models import GPTConfig, lm_loss
 
 
-def rank_batches(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
-                 seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def rank_batches(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, seed: int = 1
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's shard of each global batch (token_batches(..., seed) is the same everywhere)."""
     n = ctx.world_size
     batches = token_batches(steps, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=seed)
@@ -84,7 +86,10 @@ def emulated_window(em: twin.Emulation, bounds: list) -> twin.Emulation:
     draws it; ``busy`` and ``overlap`` measure it)."""
     recs = []
     for rec, (a, b) in zip(em.records, bounds):
-        spans = [dict(s, start=s["start"] - a, end=s["end"] - a) for s in rec.spans
-                 if a <= s["start"] < b]
+        spans = [
+            dict(s, start=s["start"] - a, end=s["end"] - a)
+            for s in rec.spans
+            if a <= s["start"] < b
+        ]
         recs.append(replace(rec, spans=spans, steps=[b - a], end=b - a))
     return twin.Emulation(em.cluster, em.scale, recs)

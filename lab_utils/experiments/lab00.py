@@ -3,6 +3,7 @@
 They live in the library, not in a notebook, so that `python -m lab_utils run
 lab_utils.experiments.lab00:hello --nproc 4` and a cluster's torchrun can import them.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ LAUNCH_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_AD
 def hello(ctx: Ctx) -> dict:
     """Each rank reports who it is and the environment torchrun gave it."""
     print(f"hello from rank {ctx.rank} of {ctx.world_size} on {ctx.device} ({ctx.backend})")
-    return {"rank": ctx.rank, "device": str(ctx.device), "backend": ctx.backend, "pid": os.getpid(),
-            **{k: os.environ.get(k) for k in LAUNCH_ENV}}
+    return {
+        "rank": ctx.rank,
+        "device": str(ctx.device),
+        "backend": ctx.backend,
+        "pid": os.getpid(),
+        **{k: os.environ.get(k) for k in LAUNCH_ENV},
+    }
 
 
 def allreduce_demo(ctx: Ctx, size: int = 4) -> dict:
@@ -81,11 +87,27 @@ def _free_port() -> int:
 
 
 def torchrun_commands(script: Path, nnodes: int, nproc_per_node: int, port: int) -> list[list[str]]:
-    """One torchrun command per node, as you would type them on nnodes machines (here: localhost)."""
-    return [[sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
-             "--node-rank", str(k), "--nproc-per-node", str(nproc_per_node),
-             "--master-addr", "127.0.0.1", "--master-port", str(port), str(script)]
-            for k in range(nnodes)]
+    """One torchrun command per node, as you would type them on nnodes machines (here:
+    localhost)."""
+    return [
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nnodes),
+            "--node-rank",
+            str(k),
+            "--nproc-per-node",
+            str(nproc_per_node),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            str(script),
+        ]
+        for k in range(nnodes)
+    ]
 
 
 def node_gpus(nnodes: int, nproc_per_node: int) -> list[str]:
@@ -97,23 +119,35 @@ def node_gpus(nnodes: int, nproc_per_node: int) -> list[str]:
     import torch
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = ([d for d in visible.split(",") if d.strip()] if visible is not None
-           else [str(i) for i in range(torch.cuda.device_count())])
+    ids = (
+        [d for d in visible.split(",") if d.strip()]
+        if visible is not None
+        else [str(i) for i in range(torch.cuda.device_count())]
+    )
     if len(ids) < nnodes * nproc_per_node:
         return [""] * nnodes
-    return [",".join(ids[k * nproc_per_node:(k + 1) * nproc_per_node]) for k in range(nnodes)]
+    return [",".join(ids[k * nproc_per_node : (k + 1) * nproc_per_node]) for k in range(nnodes)]
 
 
-def run_torchrun(script: Path, nnodes: int = 2, nproc_per_node: int = 2,
-                 timeout_s: float = 120.0) -> TorchrunJob:
+def run_torchrun(
+    script: Path, nnodes: int = 2, nproc_per_node: int = 2, timeout_s: float = 120.0
+) -> TorchrunJob:
     """Start `nnodes` torchrun agents on this machine, as if on `nnodes` machines; parse the JSON
     line each rank prints. On timeout every agent and its ranks are killed (their own session)."""
     cmds = torchrun_commands(script, nnodes, nproc_per_node, _free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1")  # what torchrun sets anyway, without its warning
     gpus = node_gpus(nnodes, nproc_per_node)
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=dict(env, CUDA_VISIBLE_DEVICES=gpus[k]), start_new_session=True)
-             for k, c in enumerate(cmds)]
+    procs = [
+        subprocess.Popen(
+            c,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=dict(env, CUDA_VISIBLE_DEVICES=gpus[k]),
+            start_new_session=True,
+        )
+        for k, c in enumerate(cmds)
+    ]
     outputs = []
     try:
         for p in procs:
@@ -125,9 +159,15 @@ def run_torchrun(script: Path, nnodes: int = 2, nproc_per_node: int = 2,
                 p.wait()
     text = "".join(outputs)
     # raw_decode: another process's output can land after a row on the same line (unbuffered stdout)
-    rows = [json.JSONDecoder().raw_decode(line, line.index("{"))[0] for line in text.splitlines() if '"RANK"' in line]
+    rows = [
+        json.JSONDecoder().raw_decode(line, line.index("{"))[0]
+        for line in text.splitlines()
+        if '"RANK"' in line
+    ]
     shown = ["torchrun " + " ".join(c[3:-1] + [f"scripts/{script.name}"]) for c in cmds]
-    return TorchrunJob(shown, sorted(rows, key=lambda r: r["RANK"]), [p.returncode for p in procs], text)
+    return TorchrunJob(
+        shown, sorted(rows, key=lambda r: r["RANK"]), [p.returncode for p in procs], text
+    )
 
 
 def default_timeouts() -> dict[str, float | None]:
@@ -145,11 +185,20 @@ def default_timeouts() -> dict[str, float | None]:
 
 
 def _nccl_timeout_from_header() -> float | None:
-    header = (Path(torch.__file__).parent / "include" / "torch" / "csrc" / "distributed" / "c10d"
-              / "ProcessGroupNCCL.hpp")
+    header = (
+        Path(torch.__file__).parent
+        / "include"
+        / "torch"
+        / "csrc"
+        / "distributed"
+        / "c10d"
+        / "ProcessGroupNCCL.hpp"
+    )
     try:
         text = header.read_text()
     except OSError:
         return None
-    found = re.search(r"kProcessGroupNCCLDefaultTimeout\s*=\s*std::chrono::milliseconds\(([\d\s*]+)\)", text)
+    found = re.search(
+        r"kProcessGroupNCCLDefaultTimeout\s*=\s*std::chrono::milliseconds\(([\d\s*]+)\)", text
+    )
     return math.prod(int(f) for f in found.group(1).split("*")) / 1000 if found else None

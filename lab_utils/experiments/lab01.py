@@ -11,6 +11,7 @@ Recipes (``RECIPE_NAMES``; the calculator books them in ``calc.RECIPES`` under t
 fp32_adam, mixed_adam (bf16 weights, fp32 master + AdamW), amp_adam (torch.autocast: fp32
 weights, bf16 compute), bf16_adam (AdamW straight on bf16 weights) and fp32_sgd_momentum.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,17 +37,17 @@ class MasterWeightAdamW:
     """
 
     def __init__(self, model: nn.Module, lr: float = 1e-3) -> None:
-        self.params = list(model.parameters())                                # bf16: 2 B/param
-        self.master = [p.detach().float().clone() for p in self.params]      # fp32: 4 B/param
-        self.inner = torch.optim.AdamW(self.master, lr=lr)                   # m, v: 8 B/param
+        self.params = list(model.parameters())  # bf16: 2 B/param
+        self.master = [p.detach().float().clone() for p in self.params]  # fp32: 4 B/param
+        self.inner = torch.optim.AdamW(self.master, lr=lr)  # m, v: 8 B/param
 
     def step(self) -> None:
         for m, p in zip(self.master, self.params):
-            m.grad = p.grad.float()       # the update is computed in fp32 ...
+            m.grad = p.grad.float()  # the update is computed in fp32 ...
         self.inner.step()
         for m, p in zip(self.master, self.params):
-            m.grad = None                 # ... and the fp32 gradient copy is not kept
-            p.data.copy_(m)               # round the master weights into the bf16 weights
+            m.grad = None  # ... and the fp32 gradient copy is not kept
+            p.data.copy_(m)  # round the master weights into the bf16 weights
 
 
 def recipe_batch(cfg: GPTConfig, b: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,18 +81,24 @@ def measure_recipe(cfg: GPTConfig, recipe: str) -> dict[str, int]:
     lm_loss(logits.float(), targets).backward()
     step()
     got = model_state_bytes(model, opt)
-    return {"params": got["params"], "grads": got["grads"], "master": got["optimizer_master"],
-            "optimizer": got["optimizer_state"], "scalars": got["scalars"]}
+    return {
+        "params": got["params"],
+        "grads": got["grads"],
+        "master": got["optimizer_master"],
+        "optimizer": got["optimizer_state"],
+        "scalars": got["scalars"],
+    }
 
 
 def measure_replica(ctx) -> dict:
     """Rank worker: torch DDP over the ranks, one AdamW step; this rank's model state."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+
     cfg = GPTConfig()
     # gradient_as_bucket_view: the grads ARE views into DDP's buckets (no second copy)
     model = DDP(TinyGPT(cfg), gradient_as_bucket_view=True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    inputs, targets = recipe_batch(cfg, seed=ctx.rank)               # each rank: its own data
+    inputs, targets = recipe_batch(cfg, seed=ctx.rank)  # each rank: its own data
     lm_loss(model(inputs), targets).backward()
     opt.step()
     return model_state_bytes(model, opt)
@@ -104,14 +111,16 @@ def saved_bytes(model: nn.Module, batch: int, seq: int) -> int:
     return acts.bytes
 
 
-def attention_saved_bytes(seq: int, sdpa: bool, batch: int = 2, heads: int = 2,
-                          head_dim: int = 16) -> int:
+def attention_saved_bytes(
+    seq: int, sdpa: bool, batch: int = 2, heads: int = 2, head_dim: int = 16
+) -> int:
     """Bytes one causal attention call saves: softmax(QK^T) @ V written out (TinyGPT's way)
     or ``F.scaled_dot_product_attention`` (on CPU a FlashAttention-style kernel: it keeps
     q, k, v, the output and one log-sum-exp per row, never the T x T scores)."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(batch, heads, seq, head_dim, generator=g, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(batch, heads, seq, head_dim, generator=g, requires_grad=True) for _ in range(3)
+    )
     with SavedActivations() as acts:
         if sdpa:
             F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -126,8 +135,7 @@ def step_memory(cfg: GPTConfig, steps: int = 2, batch: int = 8) -> list[MemoryPo
     """Memory at every event of ``steps`` fp32 AdamW steps of a TinyGPT (see record_steps)."""
     model = TinyGPT(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    layers = [("embeddings", model.drop)] + [(f"block {i}", b) for i, b in
-                                             enumerate(model.blocks)]
+    layers = [("embeddings", model.drop)] + [(f"block {i}", b) for i, b in enumerate(model.blocks)]
     layers += [("ln_f", model.ln_f), ("head (logits)", model.head)]
     # made when needed, then freed
     batches = (recipe_batch(cfg, batch, seed=s) for s in range(steps))
@@ -137,8 +145,8 @@ def step_memory(cfg: GPTConfig, steps: int = 2, batch: int = 8) -> list[MemoryPo
 @dataclass(frozen=True)
 class GradNorms:
     kind: str
-    errors: tuple[float, ...]    # ||dL/dh_i||, the error arriving at layer i (1 = next to input)
-    weights: tuple[float, ...]   # ||dL/dW_i|| of the same layers
+    errors: tuple[float, ...]  # ||dL/dh_i||, the error arriving at layer i (1 = next to input)
+    weights: tuple[float, ...]  # ||dL/dW_i|| of the same layers
 
 
 def grad_norms(kind: str, depth: int = 24, width: int = 64, seed: int = 0) -> GradNorms:
@@ -156,7 +164,7 @@ def grad_norms(kind: str, depth: int = 24, width: int = 64, seed: int = 0) -> Gr
     for lin in layers:
         nn.init.normal_(lin.weight, 0.0, scale / math.sqrt(width), generator=g)
     h = torch.randn(32, width, generator=g)
-    inputs = []                                   # h_{i-1}, the input of layer i
+    inputs = []  # h_{i-1}, the input of layer i
     for lin in layers:
         h.requires_grad_(True) if not h.requires_grad else h.retain_grad()
         inputs.append(h)

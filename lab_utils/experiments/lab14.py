@@ -8,6 +8,7 @@ resuming on a different number of ranks does to the data.
     resume_coverage(...)               pure: which samples a resumed epoch repeats or skips
                                        when the world size changes (DistributedSampler)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,8 +51,9 @@ def fingerprint(model: torch.nn.Module) -> str:
     return h.hexdigest()[:8]
 
 
-def _step(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-          variant: str) -> tuple[float, int]:
+def _step(
+    ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str
+) -> tuple[float, int]:
     """One data-parallel step; returns (this rank's loss, global real tokens)."""
     tokens = torch.tensor([y.numel()])
     dist.all_reduce(tokens, group=ctx.group)  # every token is real here; a padded batch counts
@@ -67,8 +69,7 @@ def _step(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     return loss.item(), int(tokens.item())
 
 
-def health_log(ctx: Any, variants: tuple[str, ...] = VARIANTS, steps: int = 3
-               ) -> list[HealthRow]:
+def health_log(ctx: Any, variants: tuple[str, ...] = VARIANTS, steps: int = 3) -> list[HealthRow]:
     """Each variant trains ``steps`` SGD steps of data-parallel TinyGPT on every rank."""
     rows = []
     for variant in variants:
@@ -79,8 +80,18 @@ def health_log(ctx: Any, variants: tuple[str, ...] = VARIANTS, steps: int = 3
                 loss, tokens = _step(ctx, model, x, y, variant)
             norm = torch.sqrt(sum(p.grad.double().pow(2).sum() for p in model.parameters()))
             sgd_step(model, LR)
-            rows.append(HealthRow(variant, step, ctx.rank, loss, tokens, norm.item(),
-                                  fingerprint(model), len(ledger.records)))
+            rows.append(
+                HealthRow(
+                    variant,
+                    step,
+                    ctx.rank,
+                    loss,
+                    tokens,
+                    norm.item(),
+                    fingerprint(model),
+                    len(ledger.records),
+                )
+            )
     return rows
 
 
@@ -91,18 +102,25 @@ def agreement(rows: list[HealthRow]) -> list[dict]:
     for variant in dict.fromkeys(r.variant for r in rows):
         for step in sorted({r.step for r in rows if r.variant == variant}):
             mine = [r for r in rows if (r.variant, r.step) == (variant, step)]
-            out.append({"variant": variant, "step": step,
-                        "mean loss": sum(r.loss for r in mine) / len(mine),
-                        "tokens": mine[0].tokens, "expected tokens": BATCH * CFG.seq_len,
-                        "grad norms agree": len({r.grad_norm for r in mine}) == 1,
-                        "grad norm (rank 0)": mine[0].grad_norm,
-                        "weights agree": len({r.weights for r in mine}) == 1,
-                        "collectives per rank": sorted({r.collectives for r in mine})})
+            out.append(
+                {
+                    "variant": variant,
+                    "step": step,
+                    "mean loss": sum(r.loss for r in mine) / len(mine),
+                    "tokens": mine[0].tokens,
+                    "expected tokens": BATCH * CFG.seq_len,
+                    "grad norms agree": len({r.grad_norm for r in mine}) == 1,
+                    "grad norm (rank 0)": mine[0].grad_norm,
+                    "weights agree": len({r.weights for r in mine}) == 1,
+                    "collectives per rank": sorted({r.collectives for r in mine}),
+                }
+            )
     return out
 
 
-def resume_coverage(n_samples: int, per_rank: int, world_before: int, steps_before: int,
-                    world_after: int) -> dict[str, int]:
+def resume_coverage(
+    n_samples: int, per_rank: int, world_before: int, steps_before: int, world_after: int
+) -> dict[str, int]:
     """One epoch of ``n_samples`` (no shuffle), ``per_rank`` samples per rank per step.
     ``steps_before`` steps on ``world_before`` ranks, then a restart on ``world_after``:
 
@@ -112,15 +130,17 @@ def resume_coverage(n_samples: int, per_rank: int, world_before: int, steps_befo
                   shard the rest over the new world
 
     Returns the samples each way sees twice and never, for the epoch."""
+
     def shard(world: int, rank: int) -> list[int]:
-        return list(DistributedSampler(range(n_samples), world, rank, shuffle=False,
-                                       drop_last=True))
+        return list(
+            DistributedSampler(range(n_samples), world, rank, shuffle=False, drop_last=True)
+        )
 
     done = steps_before * per_rank  # samples each old rank had consumed
     before = [i for r in range(world_before) for i in shard(world_before, r)[:done]]
     naive = before + [i for r in range(world_after) for i in shard(world_after, r)[done:]]
     rest = sorted(set(range(n_samples)) - set(before))
-    by_count = before + rest[:len(rest) - len(rest) % world_after]
+    by_count = before + rest[: len(rest) - len(rest) % world_after]
     out = {}
     for name, seen in (("naive", naive), ("by count", by_count)):
         out[f"{name}: seen twice"] = len(seen) - len(set(seen))

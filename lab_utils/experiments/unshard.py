@@ -5,15 +5,21 @@ module is built by slicing an unsharded one, so ``unshard(model)`` (or its gradi
 compared with the original parameter by parameter. Collective: all-gathers over each layer's
 group, so every rank of the group must call it.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from lab_utils.parallel.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
-                                                TPAttention, TPMLP, VocabParallelEmbedding,
-                                                all_gather_along)
+from lab_utils.parallel.tensor_parallel import (
+    TPMLP,
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TPAttention,
+    VocabParallelEmbedding,
+    all_gather_along,
+)
 
 
 def _value(p: nn.Parameter, grads: bool) -> torch.Tensor:
@@ -49,11 +55,16 @@ def _full(module: nn.Module, grads: bool) -> dict[str, torch.Tensor] | None:
     prefixed = lambda p, d: {f"{p}.{k}": v for k, v in d.items()}  # noqa: E731
     if isinstance(module, TPAttention):
         q, k, v = _column(module.qkv, grads)
-        return prefixed("q", q) | prefixed("k", k) | prefixed("v", v) | prefixed(
-            "proj", _row(module.proj, grads))
+        return (
+            prefixed("q", q)
+            | prefixed("k", k)
+            | prefixed("v", v)
+            | prefixed("proj", _row(module.proj, grads))
+        )
     if isinstance(module, TPMLP):
         return prefixed("fc", _column(module.fc, grads)[0]) | prefixed(
-            "proj", _row(module.proj, grads))
+            "proj", _row(module.proj, grads)
+        )
     if isinstance(module, ColumnParallelLinear):
         return _column(module, grads)[0]
     if isinstance(module, RowParallelLinear):

@@ -24,17 +24,35 @@ One module per way of observing (every one seen from OUTSIDE the technique it me
 
 The measured numbers are meant to sit next to a calculator's prediction (``lab_utils.calc``).
 """
+
 from lab_utils.measure.comm import CommLedger, CommRecord
-from lab_utils.measure.memory import (SavedActivations, model_state_bytes, peak_memory_bytes,
-                                      reset_peak_memory)
+from lab_utils.measure.memory import (
+    SavedActivations,
+    model_state_bytes,
+    peak_memory_bytes,
+    reset_peak_memory,
+)
 from lab_utils.measure.timeline import Timeline
 
-__all__ = ["CommLedger", "CommRecord", "model_state_bytes", "SavedActivations",
-           "peak_memory_bytes", "reset_peak_memory", "Timeline"]
+__all__ = [
+    "CommLedger",
+    "CommRecord",
+    "model_state_bytes",
+    "SavedActivations",
+    "peak_memory_bytes",
+    "reset_peak_memory",
+    "Timeline",
+]
 
 # Wire bytes: what the kernel counted leaving each rank's sockets (labs 03-08)
 #   WireMeter(ctx) -> .sent / .sent_to / .control / .method / .result()    (measure/wire.py)
-from lab_utils.measure.wire import (BYTE_UNITS, GLOO_HEADER_BYTES, WireBytes, WireMeter,  # noqa: E402
-                                    byte_row, wire_matrix)
+from lab_utils.measure.wire import (
+    BYTE_UNITS,
+    GLOO_HEADER_BYTES,
+    WireBytes,
+    WireMeter,  # noqa: E402
+    byte_row,
+    wire_matrix,
+)
 
 __all__ += ["WireMeter", "WireBytes", "wire_matrix", "byte_row", "BYTE_UNITS", "GLOO_HEADER_BYTES"]

@@ -33,6 +33,7 @@ the work, a moment AFTER ``work.wait()`` may already have returned to the caller
 ledger never hands out a record whose callback is still pending: ``records`` (and every
 reader built on it) first waits for the pending callbacks of work that has finished.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lab_utils.measure.comm_ops import decode, group_ranks, group_size, ledger_bytes
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all",
-       "send", "recv", "barrier", "gather", "scatter")
+OPS = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send",
+    "recv",
+    "barrier",
+    "gather",
+    "scatter",
+)
 
 
 @dataclass
@@ -99,16 +111,29 @@ class _LedgerMode(TorchDispatchMode):
             return func(*args, **kwargs)
         op, d, group, peer = decoded
         n = group_size(group)
-        rec = CommRecord(op, ledger_bytes(op, n, d), d, n, None, self.ledger._phase, peer, name,
-                         time.perf_counter(), group_ranks(group))
+        rec = CommRecord(
+            op,
+            ledger_bytes(op, n, d),
+            d,
+            n,
+            None,
+            self.ledger._phase,
+            peer,
+            name,
+            time.perf_counter(),
+            group_ranks(group),
+        )
         out = func(*args, **kwargs)
         self.ledger._records.append(rec)
         self._finish_when_done(rec, out)
         return out
 
     def _finish_when_done(self, rec: CommRecord, out: Any) -> None:
-        works = [o for o in (out if isinstance(out, tuple) else (out,))
-                 if isinstance(o, torch.ScriptObject)]
+        works = [
+            o
+            for o in (out if isinstance(out, tuple) else (out,))
+            if isinstance(o, torch.ScriptObject)
+        ]
         if works:
             try:
                 fut = torch.distributed.distributed_c10d.Work.unbox(works[0]).get_future()
@@ -120,6 +145,7 @@ class _LedgerMode(TorchDispatchMode):
             def done(_: Any, rec: CommRecord = rec) -> None:
                 rec.duration_s = time.perf_counter() - rec.start_s
                 finished.set()
+
             self.ledger._pending.append((rec, fut, finished))
             fut.add_done_callback(done)
         elif isinstance(out, torch.Tensor):  # functional: finished by wait_tensor
@@ -193,8 +219,11 @@ class CommLedger:
     def _select(self, op: str | None, phase: str | None) -> list[CommRecord]:
         if op is not None and op not in OPS:
             raise ValueError(f"unknown op {op!r}; choose one of {', '.join(OPS)}")
-        return [r for r in self.records
-                if (op is None or r.op == op) and (phase is None or r.phase == phase)]
+        return [
+            r
+            for r in self.records
+            if (op is None or r.op == op) and (phase is None or r.phase == phase)
+        ]
 
     def count(self, op: str | None = None, phase: str | None = None) -> int:
         """Number of calls (of ``op`` / in ``phase`` if given)."""
@@ -218,12 +247,17 @@ class CommLedger:
         per_phase: dict[str, dict] = {}
         for r in self.records:
             for table, key in ((per_op, r.op), (per_phase, str(r.phase))):
-                row = table.setdefault(key, {"count": 0, "bytes_sent": 0.0, "tensor_bytes": 0,
-                                             "time_s": 0.0})
+                row = table.setdefault(
+                    key, {"count": 0, "bytes_sent": 0.0, "tensor_bytes": 0, "time_s": 0.0}
+                )
                 row["count"] += 1
                 row["bytes_sent"] += r.bytes_sent
                 row["tensor_bytes"] += r.tensor_bytes
                 row["time_s"] += r.duration_s or 0.0
-        return {"count": len(self.records), "bytes_sent": self.bytes_sent(),
-                "by_op": per_op, "by_phase": per_phase,
-                "records": [asdict(r) for r in self.records]}
+        return {
+            "count": len(self.records),
+            "bytes_sent": self.bytes_sent(),
+            "by_op": per_op,
+            "by_phase": per_phase,
+            "records": [asdict(r) for r in self.records],
+        }

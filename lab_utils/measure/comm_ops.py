@@ -7,6 +7,7 @@ FULL buffer (all-reduce input, reduce-scatter input, all-gather output, the whol
 send buffer, the tensor sent or received). ``ledger_bytes`` is the ring formula for that call,
 what the rank WOULD send under the ring algorithm: not a measurement (see ``wire.WireMeter``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,6 +29,7 @@ def process_group(group: Any) -> Any:
     """The ProcessGroup behind what the dispatcher hands an op (a name or a boxed group)."""
     if isinstance(group, str):  # functional collectives name their group
         from torch.distributed.distributed_c10d import _resolve_process_group
+
         return _resolve_process_group(group)
     if isinstance(group, torch.ScriptObject):  # what the dispatcher hands c10d:: ops
         return torch.distributed.ProcessGroup.unbox(group)

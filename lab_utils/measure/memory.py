@@ -5,6 +5,7 @@ Model state is what training holds whatever the batch: parameters, gradients, op
 (``SavedActivations``). Both count STORAGES, each once: two tensors that view the same memory
 (a tied embedding, a transposed weight) cost their bytes once, as they do on the device.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -62,14 +63,21 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None 
         own = [p for g in optimizer.param_groups for p in g["params"]]
         master = storage_bytes(own, seen)
         master += storage_bytes([p.grad for p in own if p.grad is not None], seen)
-        tensors = [v for s in optimizer.state.values() for v in s.values()
-                   if isinstance(v, torch.Tensor)]
+        tensors = [
+            v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+        ]
         scalars = storage_bytes([v for v in tensors if _local(v).dim() == 0], seen)
         state = storage_bytes([v for v in tensors if _local(v).dim() > 0], seen)
     opt = master + state
-    return {"params": p_bytes, "grads": g_bytes, "optimizer": opt,
-            "total": p_bytes + g_bytes + opt, "optimizer_master": master,
-            "optimizer_state": state, "scalars": scalars}
+    return {
+        "params": p_bytes,
+        "grads": g_bytes,
+        "optimizer": opt,
+        "total": p_bytes + g_bytes + opt,
+        "optimizer_master": master,
+        "optimizer_state": state,
+        "scalars": scalars,
+    }
 
 
 class SavedActivations:
@@ -134,8 +142,9 @@ class SavedActivations:
         self.live_bytes += nbytes
         self.peak_bytes = max(self.peak_bytes, self.live_bytes)
         weakref.finalize(t, self._release, nbytes)  # when autograd (and everyone) lets go
-        self.tensors.append({"shape": tuple(local.shape), "dtype": str(local.dtype),
-                             "bytes": nbytes})
+        self.tensors.append(
+            {"shape": tuple(local.shape), "dtype": str(local.dtype), "bytes": nbytes}
+        )
         return t
 
     def _release(self, nbytes: int) -> None:

@@ -10,6 +10,7 @@ the per-example covariance). Measuring E|g_B|^2 at two sizes, b < B, gives unbia
 and the SIMPLE NOISE SCALE B_noise = tr(Sigma) / |G|^2, their estimate of the critical batch
 (calc.large_batch_tradeoff). With few batches the estimates are noisy: average several.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,14 +36,16 @@ def _mean_grad_sq(model: nn.Module, batches: Sequence[Batch], loss_fn: Callable)
     for x, y in batches:
         model.zero_grad()
         loss_fn(model(x), y).backward()
-        total += sum(float(p.grad.double().pow(2).sum()) for p in model.parameters()
-                     if p.grad is not None)
+        total += sum(
+            float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None
+        )
     model.zero_grad()
     return total / len(batches)
 
 
-def gradient_noise_scale(model: nn.Module, small: Sequence[Batch], big: Sequence[Batch],
-                         loss_fn: Callable) -> NoiseScale:
+def gradient_noise_scale(
+    model: nn.Module, small: Sequence[Batch], big: Sequence[Batch], loss_fn: Callable
+) -> NoiseScale:
     """B_noise of ``model`` at its current weights from gradients of ``small`` and ``big``
     batches (lists of (inputs, targets); every batch of a list the same size, the big ones
     larger). Leaves the model's .grad cleared; the weights are not changed."""

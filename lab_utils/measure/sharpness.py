@@ -15,6 +15,7 @@ Everything runs in this process on a synthetic task (a random teacher network la
 inputs; a fraction of the training labels is flipped), seeded, so the numbers are the same on every
 machine with this torch.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,9 @@ from torch import nn
 __all__ = ["top_hessian_eigenvalue", "batch_noise_sweep", "NoiseRun"]
 
 
-def top_hessian_eigenvalue(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                           iters: int = 30, seed: int = 0) -> float:
+def top_hessian_eigenvalue(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, iters: int = 30, seed: int = 0
+) -> float:
     """Largest eigenvalue of d^2 loss / d params^2 (cross-entropy on x, y), by power iteration.
 
     Power iteration converges to the eigenvalue of largest MAGNITUDE; at a trained minimum the
@@ -64,8 +66,13 @@ def _task(seed: int, n_train: int, n_test: int, dim: int, label_noise: float):
 
 def _mlp(seed: int, dim: int, hidden: int) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, 2))
+    return nn.Sequential(
+        nn.Linear(dim, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, 2),
+    )
 
 
 @dataclass(frozen=True)
@@ -80,13 +87,22 @@ class NoiseRun:
 
     @property
     def noise(self) -> float:
-        """lr / B: the scale of SGD's gradient noise (Smith & Le 2018), up to the task's constant."""
+        """lr / B: the scale of SGD's gradient noise (Smith & Le 2018), up to the task's
+        constant."""
         return self.lr / self.batch
 
 
-def batch_noise_sweep(batches=(4, 16, 256), lr: float = 0.05, seeds=(0,), target: float = 0.02,
-                      n_train: int = 256, label_noise: float = 0.1, max_steps: int = 4000,
-                      dim: int = 20, hidden: int = 256) -> list[NoiseRun]:
+def batch_noise_sweep(
+    batches=(4, 16, 256),
+    lr: float = 0.05,
+    seeds=(0,),
+    target: float = 0.02,
+    n_train: int = 256,
+    label_noise: float = 0.1,
+    max_steps: int = 4000,
+    dim: int = 20,
+    hidden: int = 256,
+) -> list[NoiseRun]:
     """Train one MLP per (seed, batch) with SGD at ``lr`` until its full training loss < target."""
     if not batches or any(b < 1 or b > n_train for b in batches):
         raise ValueError(f"batches must be in 1..n_train={n_train}, got {batches}")
@@ -109,6 +125,7 @@ def batch_noise_sweep(batches=(4, 16, 256), lr: float = 0.05, seeds=(0,), target
                     loss = float(nn.functional.cross_entropy(model(xtr), ytr))
             with torch.no_grad():
                 acc = float((model(xte).argmax(1) == yte).float().mean())
-            runs.append(NoiseRun(b, lr, seed, steps, loss, top_hessian_eigenvalue(model, xtr, ytr),
-                                 acc))
+            runs.append(
+                NoiseRun(b, lr, seed, steps, loss, top_hessian_eigenvalue(model, xtr, ytr), acc)
+            )
     return runs

@@ -13,6 +13,7 @@ observation (e.g. FSDP) has registered its own: a span then starts once the tech
 pre-hook (an all-gather) has finished, and ``on_start`` sees the memory as the module computes.
 Communication spans come from ``CommLedger`` records (start_s, duration_s) on the same clock.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -24,16 +25,26 @@ from torch import nn
 class ModuleSpans:
     """Records 'forward' / 'backward' spans of each named module into ``timeline``."""
 
-    def __init__(self, modules: dict[str, nn.Module], timeline: Any,
-                 on_start: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        modules: dict[str, nn.Module],
+        timeline: Any,
+        on_start: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.timeline, self.on_start = timeline, on_start
         self._open: dict[tuple[str, str], float] = {}
         self._handles = []
         for name, module in modules.items():
-            self._handles.append(module.register_forward_pre_hook(
-                lambda _m, args, name=name: self._forward_start(name, args)))
-            self._handles.append(module.register_forward_hook(
-                lambda _m, _a, out, name=name: self._forward_end(name, out)))
+            self._handles.append(
+                module.register_forward_pre_hook(
+                    lambda _m, args, name=name: self._forward_start(name, args)
+                )
+            )
+            self._handles.append(
+                module.register_forward_hook(
+                    lambda _m, _a, out, name=name: self._forward_end(name, out)
+                )
+            )
 
     def remove(self) -> None:
         for handle in self._handles:

@@ -19,6 +19,7 @@ inside one operation (backward's intermediate gradients, the allocator's cache),
 device's peak is somewhat higher. On CUDA, ``torch.cuda.memory._record_memory_history`` sees
 everything; on CPU PyTorch keeps no allocator history, so we count the tensors we can name.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,9 +37,9 @@ PHASES = ("start", "forward", "backward", "optimizer", "zero_grad")
 class MemoryPoint:
     """Bytes held at one event of a training step."""
 
-    step: int         # 1 for the first step
-    phase: str        # one of PHASES
-    label: str        # what just happened ("block 0", "grad head.weight", "optimizer.step()")
+    step: int  # 1 for the first step
+    phase: str  # one of PHASES
+    label: str  # what just happened ("block 0", "grad head.weight", "optimizer.step()")
     params: int
     grads: int
     optimizer: int
@@ -52,17 +53,24 @@ class MemoryPoint:
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """State tensors (0-dim step counters excluded), plus parameters the optimizer owns that
     the model does not (master weights) - ``model_state_bytes`` dedups against the model."""
-    state = [v for s in optimizer.state.values() for v in s.values()
-             if isinstance(v, torch.Tensor) and v.dim() > 0]
+    state = [
+        v
+        for s in optimizer.state.values()
+        for v in s.values()
+        if isinstance(v, torch.Tensor) and v.dim() > 0
+    ]
     own = [p for g in optimizer.param_groups for p in g["params"]]
     return own + state
 
 
-def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
-                 batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 layers: Sequence[tuple[str, nn.Module]] | None = None,
-                 step_fn: Callable[[], None] | None = None) -> list[MemoryPoint]:
+def record_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    layers: Sequence[tuple[str, nn.Module]] | None = None,
+    step_fn: Callable[[], None] | None = None,
+) -> list[MemoryPoint]:
     """Run one training step per batch and return a ``MemoryPoint`` at every event.
 
     ``layers``: (name, module) pairs whose forward completion is an event (default: the
@@ -83,25 +91,28 @@ def record_steps(model: nn.Module, optimizer: torch.optim.Optimizer,
         points.append(MemoryPoint(step, phase, label, p_bytes, grads, opt, live))
 
     layers = list(layers) if layers is not None else list(model.named_children())
-    handles = [m.register_forward_hook(lambda mod, inp, out, name=name: snap("forward", name))
-               for name, m in layers]
-    handles += [p.register_post_accumulate_grad_hook(
-        lambda p, name=name: snap("backward", f"grad {name}"))
-        for name, p in model.named_parameters()]
+    handles = [
+        m.register_forward_hook(lambda mod, inp, out, name=name: snap("forward", name))
+        for name, m in layers
+    ]
+    handles += [
+        p.register_post_accumulate_grad_hook(lambda p, name=name: snap("backward", f"grad {name}"))
+        for name, p in model.named_parameters()
+    ]
     try:
-        for x, y in batches:            # (not enumerate: its reused tuple would keep the batch)
+        for x, y in batches:  # (not enumerate: its reused tuple would keep the batch)
             step, acts = step + 1, None
             snap("start", "step begins")
             with SavedActivations(model) as acts:
-                loss = loss_fn(model(x), y)          # the logits are not kept: only the graph
+                loss = loss_fn(model(x), y)  # the logits are not kept: only the graph
             snap("forward", "loss")
             loss.backward()
-            del loss, x, y                # the graph is gone; the batch too (the embedding saved it)
+            del loss, x, y  # the graph is gone; the batch too (the embedding saved it)
             snap("backward", "backward done")
             (step_fn or optimizer.step)()
             snap("optimizer", "optimizer.step()")
             optimizer.zero_grad(set_to_none=True)
-            model.zero_grad(set_to_none=True)        # a wrapper's inner optimizer: model grads too
+            model.zero_grad(set_to_none=True)  # a wrapper's inner optimizer: model grads too
             snap("zero_grad", "zero_grad()")
     finally:
         for h in handles:

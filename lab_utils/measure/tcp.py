@@ -21,6 +21,7 @@ How it measures, and why this way:
     Reading it waits (``resolve_timeout_s``) for the peers it needs to have entered a
     WireMeter once; bytes it cannot attribute stay in ``unattributed``.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,8 @@ def _written(info: bytes) -> int | None:
     """Bytes the application wrote to a socket, from struct tcp_info (linux/tcp.h)."""
     if len(info) < 216:  # tcpi_bytes_sent / tcpi_bytes_retrans need Linux >= 4.19
         return None
-    notsent, = struct.unpack_from("=I", info, 144)             # tcpi_notsent_bytes
-    sent, retrans = struct.unpack_from("=QQ", info, 200)       # tcpi_bytes_sent, _retrans
+    (notsent,) = struct.unpack_from("=I", info, 144)  # tcpi_notsent_bytes
+    sent, retrans = struct.unpack_from("=QQ", info, 200)  # tcpi_bytes_sent, _retrans
     return sent - retrans + notsent
 
 
@@ -82,8 +83,10 @@ def tcp_snapshot() -> dict[int, tuple[Link, int]] | None:
                 os.close(dup)
                 continue
             with socket.socket(fileno=dup) as s:  # closes only our duplicate
-                if (s.family not in (socket.AF_INET, socket.AF_INET6)
-                        or s.type != socket.SOCK_STREAM):
+                if (
+                    s.family not in (socket.AF_INET, socket.AF_INET6)
+                    or s.type != socket.SOCK_STREAM
+                ):
                     continue
                 try:
                     ends = (_endpoint(s.getsockname()), _endpoint(s.getpeername()))

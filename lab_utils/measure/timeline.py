@@ -11,6 +11,7 @@ start is 0. Across machines the clocks differ: with ``align="barrier"`` (the def
 the job spans several nodes) every rank instead measures from the moment it left a barrier
 in ``Timeline(ctx)``, which lines the ranks up to within the barrier's skew.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ class Timeline:
         self._t0 = 0.0
         if self.align == "barrier" and ctx is not None:
             import torch.distributed as dist
+
             dist.barrier(group=ctx.group)  # collective: every rank builds its Timeline here
             self._t0 = time.perf_counter()
 
@@ -58,6 +60,7 @@ class Timeline:
         if self.ctx is None or self.ctx.world_size == 1:
             return _shift(list(self.events))
         import torch.distributed as dist
+
         bucket: list | None = [None] * self.ctx.world_size if self.rank == dst else None
         dist.gather_object(self.events, bucket, dst=dst, group=self.ctx.group)
         if bucket is None:

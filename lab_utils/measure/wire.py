@@ -66,6 +66,7 @@ InfiniBand bypasses TCP, so on GPUs wire sees only what went over TCP sockets. C
 snapshots of this process's sockets, 0.2-0.6 ms for enter + exit on the course machine (2 busy
 cores; ``benchmarks/probe_wire.py``), none of it inside the block.
 """
+
 from __future__ import annotations
 
 import json
@@ -136,8 +137,9 @@ class WireMeter:
     def __init__(self, ctx: Any = None, resolve_timeout_s: float = 10.0) -> None:
         initialised = dist.is_available() and dist.is_initialized()
         self.rank = ctx.rank if ctx is not None else (dist.get_rank() if initialised else 0)
-        self.world_size = (ctx.world_size if ctx is not None
-                           else dist.get_world_size() if initialised else 1)
+        self.world_size = (
+            ctx.world_size if ctx is not None else dist.get_world_size() if initialised else 1
+        )
         self.resolve_timeout_s = resolve_timeout_s
         self.method = "unavailable"
         self.sent: int | None = None
@@ -255,8 +257,9 @@ def wire_matrix(wire: WireMeter | WireBytes, group: Any = None) -> list[list[int
     sent_to = wire.sent_to
     n = dist.get_world_size(group)
     rows: list[Any] = [None] * n if dist.get_rank(group) == 0 else None
-    dist.gather_object(sent_to, rows, group=group,
-                       dst=dist.get_global_rank(group, 0) if group is not None else 0)
+    dist.gather_object(
+        sent_to, rows, group=group, dst=dist.get_global_rank(group, 0) if group is not None else 0
+    )
     if rows is None:
         return None
     index = {dist.get_global_rank(group, i) if group is not None else i: i for i in range(n)}
@@ -268,8 +271,9 @@ def wire_matrix(wire: WireMeter | WireBytes, group: Any = None) -> list[list[int
     return matrix
 
 
-def byte_row(label: str, formula: float | None, ledger: Any = None, wire: Any = None,
-             **extra: Any) -> dict[str, Any]:
+def byte_row(
+    label: str, formula: float | None, ledger: Any = None, wire: Any = None, **extra: Any
+) -> dict[str, Any]:
     """One row of the formula | ledger | wire table (bytes ONE rank sent), for show_table.
 
     ``ledger``: bytes or a CommLedger (its bytes_sent()); ``wire``: bytes, a WireMeter or a
@@ -284,5 +288,12 @@ def byte_row(label: str, formula: float | None, ledger: Any = None, wire: Any = 
 
     def whole(v: float | None) -> int | None:  # bytes print as integers
         return None if v is None else round(v)
-    return {"what": label, "formula": whole(formula), "ledger": whole(ledger), "wire": wire,
-            "wire / formula": ratio, **extra}
+
+    return {
+        "what": label,
+        "formula": whole(formula),
+        "ledger": whole(ledger),
+        "wire": wire,
+        "wire / formula": ratio,
+        **extra,
+    }

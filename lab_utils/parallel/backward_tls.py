@@ -20,6 +20,7 @@ they launch then carry no Python object, and releasing them never needs the GIL,
 thread releases them and whenever. The object goes back into the thread-local state when the
 hook returns, so the rest of backward sees what torch put there.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,10 @@ def autograd_context_removed() -> Iterator[None]:
 
 def without_autograd_context(fn: F) -> F:
     """Decorator for a backward hook that launches collectives (see the module docstring)."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with autograd_context_removed():
             return fn(*args, **kwargs)
+
     return wrapper  # type: ignore[return-value]

@@ -21,6 +21,7 @@ carries one chunk per step in each step, all links at once.
 Each step posts the send and the receive together (isend + irecv, then wait for both): with
 blocking send/recv every rank would wait in send for a neighbour that is itself sending.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -96,8 +97,9 @@ def ring_all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     return ring_all_gather(tensor, group)  # pass the finished chunks around the ring
 
 
-def parameter_server_all_reduce(tensor: torch.Tensor, group: Any = None,
-                                server: int = 0) -> torch.Tensor:
+def parameter_server_all_reduce(
+    tensor: torch.Tensor, group: Any = None, server: int = 0
+) -> torch.Tensor:
     """The pre-ring design: workers send D to a server rank, which sums and sends D back.
 
     Server: receives (N-1) * D and sends (N-1) * D; each worker sends and receives D. The
@@ -115,8 +117,11 @@ def parameter_server_all_reduce(tensor: torch.Tensor, group: Any = None,
             src = dist.get_global_rank(group, worker) if group is not None else worker
             dist.recv(incoming, src, group=group)
             tensor.add_(incoming)
-    reqs = [dist.isend(tensor, dist.get_global_rank(group, w) if group is not None else w,
-                       group=group) for w in range(n) if w != server]
+    reqs = [
+        dist.isend(tensor, dist.get_global_rank(group, w) if group is not None else w, group=group)
+        for w in range(n)
+        if w != server
+    ]
     for req in reqs:
         req.wait()
     return tensor
@@ -130,8 +135,10 @@ def node_groups(gpus_per_node: int) -> tuple[Any, Any]:
     if gpus_per_node < 1 or n % gpus_per_node:
         raise ValueError(f"gpus_per_node={gpus_per_node} must divide the world size {n}")
     nodes = n // gpus_per_node
-    intra = [dist.new_group(list(range(m * gpus_per_node, (m + 1) * gpus_per_node)))
-             for m in range(nodes)]
+    intra = [
+        dist.new_group(list(range(m * gpus_per_node, (m + 1) * gpus_per_node)))
+        for m in range(nodes)
+    ]
     inter = [dist.new_group(list(range(i, n, gpus_per_node))) for i in range(gpus_per_node)]
     return intra[r // gpus_per_node], inter[r % gpus_per_node]
 

@@ -7,7 +7,8 @@ below take an axis, never a global, and never edit model code (torchtitan's para
                              apply_tp(model, mesh["tp"])       # parallelize_module
                              apply_fsdp(model, mesh["dp"])     # fully_shard (FSDP2)
     3D, from scratch:        stage = apply_pp(model, topo, rank)       # this rank's stage
-                             apply_tp_ours(stage, mesh.get_group("tp"))  # lab_utils.parallel.tensor_parallel.layers blocks
+                             apply_tp_ours(stage, mesh.get_group("tp"))  #
+                             lab_utils.parallel.tensor_parallel.layers blocks
                              1F1B with p2p on the pp axis (StageWorker, neighbours from
                              pipeline_neighbours(topo, rank)), then
                              sync_dp_grads(stage, mesh.get_group("dp"))
@@ -27,6 +28,7 @@ ring formulas of lab_utils.calc.comm):
 The training loops that compose these steps and measure each axis (2D, 3D) are lab 08's
 experiments: ``lab_utils.experiments.lab08``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +39,8 @@ from lab_utils.models import TinyGPT, split_stages
 from lab_utils.parallel.tensor_parallel import parallelize_block
 from lab_utils.topology import Topology
 
-
 # -- the named steps -----------------------------------------------------------------------------
+
 
 def apply_tp(model: nn.Module, tp_mesh, replicate_attention_input: bool = False) -> nn.Module:
     """Megatron TP with torch's DTensor on every block of a model or pipeline stage, in place
@@ -50,15 +52,27 @@ def apply_tp(model: nn.Module, tp_mesh, replicate_attention_input: bool = False)
     autograd sums the q, k, v input gradients before ONE reduction: 2 per block, like our fused
     TPAttention. Lab 06 runs both plans; lab 08 composes the first with FSDP."""
     from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
-                                                   RowwiseParallel, parallelize_module)
-    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-            "attn.proj": RowwiseParallel(), "mlp.fc": ColwiseParallel(),
-            "mlp.proj": RowwiseParallel()}
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    plan = {
+        "attn.q": ColwiseParallel(),
+        "attn.k": ColwiseParallel(),
+        "attn.v": ColwiseParallel(),
+        "attn.proj": RowwiseParallel(),
+        "mlp.fc": ColwiseParallel(),
+        "mlp.proj": RowwiseParallel(),
+    }
     if replicate_attention_input:
-        plan["attn"] = PrepareModuleInput(input_layouts=(Replicate(),),
-                                          desired_input_layouts=(Replicate(),),
-                                          use_local_output=False)
+        plan["attn"] = PrepareModuleInput(
+            input_layouts=(Replicate(),),
+            desired_input_layouts=(Replicate(),),
+            use_local_output=False,
+        )
     for block in model.blocks:
         parallelize_module(block, tp_mesh, plan)
     return model
@@ -68,6 +82,7 @@ def apply_fsdp(model: nn.Module, dp_mesh) -> nn.Module:
     """FSDP2 on the dp axis: one unit per block, then the root (embeddings, ln_f, head).
     On TP DTensors the result is a 2D DTensor: dim 0 of each TP shard cut again over dp."""
     from torch.distributed.fsdp import fully_shard
+
     for block in model.blocks:
         fully_shard(block, mesh=dp_mesh)
     fully_shard(model, mesh=dp_mesh)

@@ -27,6 +27,7 @@ Each transfer can hide behind one block's attention compute, which is what makes
 one. Production code gives each rank two mirrored chunks, "zig-zag", to even it out:
 context_variants.py, beside Ulysses and all-gather-KV.)
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,9 @@ import torch.distributed as dist
 _KV, _GRAD = 0, 1  # p2p tags: K/V blocks and their gradients travel as separate streams
 
 
-def full_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   causal: bool = True) -> torch.Tensor:
+def full_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
+) -> torch.Tensor:
     """The reference: plain softmax attention on one rank. (B, H, T, hd) -> (B, H, T, hd)."""
     s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, T)
     if causal:
@@ -131,20 +133,23 @@ class RingAttention(torch.autograd.Function):
         return dq, dkv[0], dkv[1], None, None
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
-                   causal: bool = True) -> torch.Tensor:
+def ring_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, causal: bool = True
+) -> torch.Tensor:
     """Attention of this rank's (B, H, T/N, hd) chunk of queries over the whole sequence."""
     return RingAttention.apply(q, k, v, group, causal)
 
 
-def kv_block_bytes(batch: int, heads: int, seq_len: int, head_dim: int, n: int,
-                   bytes_per_elem: int = 4) -> int:
+def kv_block_bytes(
+    batch: int, heads: int, seq_len: int, head_dim: int, n: int, bytes_per_elem: int = 4
+) -> int:
     """blk: bytes of ONE of K or V for one rank's chunk of T/n tokens."""
     return batch * heads * (seq_len // n) * head_dim * bytes_per_elem
 
 
-def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, n: int,
-               bytes_per_elem: int = 4) -> dict[str, int]:
+def ring_bytes(
+    batch: int, heads: int, seq_len: int, head_dim: int, n: int, bytes_per_elem: int = 4
+) -> dict[str, int]:
     """Bytes one rank sends per layer: forward (N-1) x (K, V); backward adds N x (dK, dV)."""
     blk = kv_block_bytes(batch, heads, seq_len, head_dim, n, bytes_per_elem)
     return {"forward": (n - 1) * 2 * blk, "backward": ((n - 1) + (n if n > 1 else 0)) * 2 * blk}

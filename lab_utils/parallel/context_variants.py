@@ -29,6 +29,7 @@ Local attention is torch's ``scaled_dot_product_attention`` (on CPU its flash ke
 q, k, v, out and the log-sum-exp, never the (L, S) probabilities). Lab 08 checks every variant
 against full attention: ``lab_utils.experiments.lab08.cp``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,9 +39,11 @@ import torch.nn.functional as F
 
 def _check_heads(heads: int, n: int) -> None:
     if heads % n:
-        raise ValueError(f"Ulysses needs the CP degree to divide the number of heads: heads={heads}"
-                         f" is not divisible by the group size N={n}; use N in "
-                         f"{[d for d in range(1, heads + 1) if heads % d == 0]}, or ring attention")
+        raise ValueError(
+            f"Ulysses needs the CP degree to divide the number of heads: heads={heads}"
+            f" is not divisible by the group size N={n}; use N in "
+            f"{[d for d in range(1, heads + 1) if heads % d == 0]}, or ring attention"
+        )
 
 
 def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
@@ -93,8 +96,9 @@ class _HeadsToSeq(torch.autograd.Function):
         return seq_to_heads(g, ctx.group), None
 
 
-def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
-                      causal: bool = True) -> torch.Tensor:
+def ulysses_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, causal: bool = True
+) -> torch.Tensor:
     """DeepSpeed-Ulysses: all-to-all to head shards, full attention, all-to-all back."""
     _check_heads(q.shape[1], dist.get_world_size(group))
     qh, kh, vh = (_SeqToHeads.apply(t, group) for t in (q, k, v))  # (B, H/N, T, hd)
@@ -137,8 +141,14 @@ def _causal_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, end: int) 
     return F.scaled_dot_product_attention(q, k[..., :end, :], v[..., :end, :], attn_mask=mask)
 
 
-def allgather_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group,
-                           causal: bool = True, zigzag: bool = False) -> torch.Tensor:
+def allgather_kv_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group,
+    causal: bool = True,
+    zigzag: bool = False,
+) -> torch.Tensor:
     """Llama 3's CP: all-gather K and V, attend the local queries with the causal mask.
 
     zigzag=False: this rank holds contiguous positions [r Tc, (r+1) Tc).
@@ -160,5 +170,10 @@ def allgather_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gr
     if not zigzag:
         return _causal_prefix(q, K, V, (r + 1) * Tc)
     Th = Tc // 2
-    return torch.cat([_causal_prefix(qc, K, V, (c + 1) * Th)
-                      for qc, c in zip(q.chunk(2, dim=2), zigzag_chunks(r, n))], dim=2)
+    return torch.cat(
+        [
+            _causal_prefix(qc, K, V, (c + 1) * Th)
+            for qc, c in zip(q.chunk(2, dim=2), zigzag_chunks(r, n))
+        ],
+        dim=2,
+    )

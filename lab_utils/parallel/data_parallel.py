@@ -34,6 +34,7 @@ without it, a rank under a plain ``torch.multiprocessing.spawn`` harness could a
 ("terminate called without an active exception"; the cause is in docs/teardown.md, and
 tests/test_teardown.py runs that harness).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -141,8 +142,10 @@ class Bucket:
 
     def __post_init__(self) -> None:
         # Views made once: slicing in every hook call is measurable Python overhead per step.
-        self._views = {id(p): self.buffer[o : o + p.numel()].view_as(p)
-                       for p, o in zip(self.params, self.offsets)}
+        self._views = {
+            id(p): self.buffer[o : o + p.numel()].view_as(p)
+            for p, o in zip(self.params, self.offsets)
+        }
 
     def grad_view(self, param: nn.Parameter) -> torch.Tensor:
         """The slice of `buffer` that holds `param`'s gradient, shaped like `param` (a view)."""
@@ -178,8 +181,14 @@ class BucketDDP(_DataParallelBase):
     here (torch DDP's find_unused_parameters=True handles that case).
     """
 
-    def __init__(self, module: nn.Module, bucket_cap_bytes: int = 25 * 2**20, group: Any = None,
-                 broadcast_buffers: bool = True, grad_ready_fn: GradReadyFn = grad_ready):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_cap_bytes: int = 25 * 2**20,
+        group: Any = None,
+        broadcast_buffers: bool = True,
+        grad_ready_fn: GradReadyFn = grad_ready,
+    ):
         super().__init__(module, group, broadcast_buffers)
         if bucket_cap_bytes <= 0:
             raise ValueError(f"bucket_cap_bytes must be positive, got {bucket_cap_bytes}")
@@ -187,8 +196,9 @@ class BucketDDP(_DataParallelBase):
         self.grad_ready_fn = grad_ready_fn
         self.buckets = self._build_buckets(list(reversed(self.params)))
         self._bucket_of = {id(p): b for b in self.buckets for p in b.params}
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad_ready)
-                       for p in self.params]
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._on_grad_ready) for p in self.params
+        ]
 
     def _build_buckets(self, params: list[nn.Parameter]) -> list[Bucket]:
         groups: list[list[nn.Parameter]] = []
@@ -228,7 +238,8 @@ class BucketDDP(_DataParallelBase):
                     f"bucket {i} was never launched ({arrived}/{len(bucket.params)} gradients "
                     f"arrived; parameters without a gradient: {missing}). Every trainable "
                     "parameter must get a gradient in every synchronised backward; freeze "
-                    "unused ones (requires_grad=False).")
+                    "unused ones (requires_grad=False)."
+                )
         for bucket in self.buckets:
             bucket.work.wait()  # the all-reduce has been running since it was launched
             for p in bucket.params:

@@ -28,6 +28,7 @@ the same collectives as fully_shard. Memory per rank: the fp32 shards, their gra
 optimizer state (16N/K with Adam), plus the full parameters of the units gathered right now,
 in param_dtype (one block and the root; one more block with ``prefetch``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -89,18 +90,33 @@ class FSDP(nn.Module):
     neither casts nor reduces them: that all-reduce is the user's (lab 05).
     """
 
-    def __init__(self, model: nn.Module, group: Any = None, policy: Any = None,
-                 mp: MixedPrecision = MixedPrecision(), reshard_after_forward: bool = True,
-                 prefetch: bool = False, hooks: type = UnitHooks, replicate: Any = ()) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        group: Any = None,
+        policy: Any = None,
+        mp: MixedPrecision = MixedPrecision(),
+        reshard_after_forward: bool = True,
+        prefetch: bool = False,
+        hooks: type = UnitHooks,
+        replicate: Any = (),
+    ) -> None:
         super().__init__()
         check_model(model)
         self.module, self.hooks, self.prefetch, self.sync = model, hooks, prefetch, True
         self.group = group  # None: the default group, never held (data_parallel's docstring)
         self.world, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
         self.replicated = _replicated(model, replicate, mp)
-        self.units = build_units(model, policy, self.world, self.rank, mp.param_dtype,
-                                 mp.reduce_dtype, reshard_after_forward,
-                                 frozenset(id(p) for p in self.replicated.values()))
+        self.units = build_units(
+            model,
+            policy,
+            self.world,
+            self.rank,
+            mp.param_dtype,
+            mp.reduce_dtype,
+            reshard_after_forward,
+            frozenset(id(p) for p in self.replicated.values()),
+        )
         self.root = self.units[0]
         self.cast_inputs = self.root.param_dtype != next(iter(self.parameters())).dtype
         WRAPPED.add(model)
@@ -142,8 +158,10 @@ class FSDP(nn.Module):
         if self.prefetch:
             self._prefetch(self._neighbour(unit, +1))
         if self.cast_inputs:  # as torch's cast_forward_inputs
-            args = tuple(a.to(unit.param_dtype) if torch.is_tensor(a) and a.is_floating_point()
-                         else a for a in args)
+            args = tuple(
+                a.to(unit.param_dtype) if torch.is_tensor(a) and a.is_floating_point() else a
+                for a in args
+            )
         if not torch.is_grad_enabled():
             return args
         watched = []
@@ -236,28 +254,36 @@ def _replicated(model: nn.Module, replicate: Any, mp: MixedPrecision) -> dict[st
     else:
         unknown = sorted(set(replicate) - set(named))
         if unknown:
-            raise ValueError(f"replicate names {unknown}: not parameters of "
-                             f"{type(model).__name__} (e.g. {sorted(named)[:3]})")
+            raise ValueError(
+                f"replicate names {unknown}: not parameters of "
+                f"{type(model).__name__} (e.g. {sorted(named)[:3]})"
+            )
         chosen = {n: named[n] for n in replicate}
     dtypes = {p.dtype for p in named.values()}
     if chosen and mp.param_dtype is not None and {mp.param_dtype} != dtypes:
-        raise ValueError("replicate= with mixed precision: the replicated parameters would stay "
-                         f"in {sorted(map(str, dtypes))} while the units compute in "
-                         f"{mp.param_dtype}; use one or the other")
+        raise ValueError(
+            "replicate= with mixed precision: the replicated parameters would stay "
+            f"in {sorted(map(str, dtypes))} while the units compute in "
+            f"{mp.param_dtype}; use one or the other"
+        )
     return chosen
 
 
-def clip_grad_norm_(parameters: Any, max_norm: float, group: Any = None,
-                    replicated: Any = ()) -> torch.Tensor:
+def clip_grad_norm_(
+    parameters: Any, max_norm: float, group: Any = None, replicated: Any = ()
+) -> torch.Tensor:
     """Clip SHARDED gradients by the global norm. Each rank holds 1/K of every gradient, so the
     squares are summed over ranks (one all-reduce of 4 bytes; padding adds zeros). torch's
     clip_grad_norm_ on these plain-tensor shards would see this rank's part only. Parameters in
     ``replicated`` (an FSDP's ``replicated.values()``) are whole on every rank: counted once."""
     whole = {id(p) for p in replicated}
     params = [p for p in parameters if p.grad is not None]
+
     def sq(ps):
-        return torch.stack([p.grad.float().pow(2).sum() for p in ps]).sum() if ps else \
-            torch.zeros(())
+        return (
+            torch.stack([p.grad.float().pow(2).sum() for p in ps]).sum() if ps else torch.zeros(())
+        )
+
     squares = sq([p for p in params if id(p) not in whole])
     dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=group)
     total = (squares + sq([p for p in params if id(p) in whole])).sqrt()

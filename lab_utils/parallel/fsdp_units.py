@@ -13,6 +13,7 @@ input is the concatenation of this rank's chunks, (S,), S = sum of the chunks; t
 The reduce-scatter input is built the other way round (``pack_grads``): row r = chunk r of
 every gradient, so rank r receives exactly the rows of its shards.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -69,7 +70,7 @@ class Unit:
         """(K*S,) all-gather output, row r = rank r's chunks -> each full parameter (a copy)."""
         rows = gathered.view(self.world, -1)  # (K, S)
         cols = rows.split([p.chunk for p in self.params], dim=1)  # (K, chunk) per parameter
-        return [c.reshape(-1)[:p.shape.numel()].view(p.shape) for p, c in zip(self.params, cols)]
+        return [c.reshape(-1)[: p.shape.numel()].view(p.shape) for p, c in zip(self.params, cols)]
 
     def unpack(self, gathered: torch.Tensor) -> None:
         """Re-allocate the full parameters, fill them from the all-gather output, use them."""
@@ -86,7 +87,7 @@ class Unit:
         for p in self.trainable:
             flat = torch.zeros(self.world * p.chunk, dtype=dtype, device=p.shard.device)
             if p.full.grad is not None:
-                flat[:p.shape.numel()] = p.full.grad.reshape(-1)  # cast to dtype here
+                flat[: p.shape.numel()] = p.full.grad.reshape(-1)  # cast to dtype here
             rows.append(flat.view(self.world, p.chunk))
         return torch.cat(rows, dim=1).reshape(-1)
 
@@ -115,26 +116,34 @@ class Unit:
 # ---- set-up: validation and units ----------------------------------------------------------------
 def check_model(model: nn.Module) -> None:
     if any(m in WRAPPED for m in model.modules()):
-        raise ValueError("this model is already wrapped by FSDP: wrap a model once (its "
-                         "parameters are already shards)")
+        raise ValueError(
+            "this model is already wrapped by FSDP: wrap a model once (its "
+            "parameters are already shards)"
+        )
     params = dict(model.named_parameters())
     if not params:
         raise ValueError(f"{type(model).__name__} has no parameters: nothing to shard")
     if any(type(p).__name__ == "DTensor" for p in params.values()):
-        raise ValueError("this model's parameters are DTensors: it was already sharded with "
-                         "torch's fully_shard (or parallelize_module); use one FSDP")
+        raise ValueError(
+            "this model's parameters are DTensors: it was already sharded with "
+            "torch's fully_shard (or parallelize_module); use one FSDP"
+        )
     for what in ("dtype", "device"):
         first: dict[str, str] = {}  # kind -> the first parameter of that kind
         for name, p in params.items():
             first.setdefault(str(getattr(p, what)), name)
         if len(first) > 1:
             listed = ", ".join(f"{n} is {k}" for k, n in first.items())
-            raise ValueError(f"parameters on different {what}s ({listed}): a unit is gathered "
-                             f"in ONE collective; move the model to one {what} first")
+            raise ValueError(
+                f"parameters on different {what}s ({listed}): a unit is gathered "
+                f"in ONE collective; move the model to one {what} first"
+            )
     p = next(iter(params.values()))
     if p.device.type == "meta" or not p.is_floating_point():
-        raise ValueError(f"parameters must be real floating-point tensors, got {p.dtype} on "
-                         f"{p.device}: materialise the model (to_empty + init) before wrapping")
+        raise ValueError(
+            f"parameters must be real floating-point tensors, got {p.dtype} on "
+            f"{p.device}: materialise the model (to_empty + init) before wrapping"
+        )
 
 
 def _select(model: nn.Module, policy: Any) -> list[tuple[str, nn.Module]]:
@@ -147,19 +156,30 @@ def _select(model: nn.Module, policy: Any) -> list[tuple[str, nn.Module]]:
         classes = policy
         policy = lambda _name, module: isinstance(module, classes)  # noqa: E731
     elif not callable(policy):
-        raise TypeError(f"policy must be a module class, a tuple of classes, a function "
-                        f"(name, module) -> bool, None or (); got {policy!r}")
+        raise TypeError(
+            f"policy must be a module class, a tuple of classes, a function "
+            f"(name, module) -> bool, None or (); got {policy!r}"
+        )
     chosen = [(n, m) for n, m in model.named_modules() if m is not model and policy(n, m)]
     if not chosen:
         kinds = ", ".join(sorted({type(m).__name__ for m in model.modules()}))
-        raise ValueError(f"the unit policy matched no submodule of {type(model).__name__} (its "
-                         f"modules: {kinds}); pass policy=() to make the whole model one unit")
+        raise ValueError(
+            f"the unit policy matched no submodule of {type(model).__name__} (its "
+            f"modules: {kinds}); pass policy=() to make the whole model one unit"
+        )
     return chosen
 
 
-def build_units(model: nn.Module, policy: Any, world: int, rank: int,
-                param_dtype: torch.dtype | None, reduce_dtype: torch.dtype | None,
-                reshard: bool, keep: frozenset[int] = frozenset()) -> list[Unit]:
+def build_units(
+    model: nn.Module,
+    policy: Any,
+    world: int,
+    rank: int,
+    param_dtype: torch.dtype | None,
+    reduce_dtype: torch.dtype | None,
+    reshard: bool,
+    keep: frozenset[int] = frozenset(),
+) -> list[Unit]:
     """Units in forward order, the root first. A parameter joins the innermost unit around
     the module(s) holding it; a weight tied across two units is refused. Parameters whose id
     is in ``keep`` join no unit: they stay whole in the model (replicated)."""
@@ -181,26 +201,41 @@ def build_units(model: nn.Module, policy: Any, world: int, rank: int,
         names = [f"{fqn[id(m)]}.{attr}".lstrip(".") for m, attr in where]
         units = {unit_of[id(m)] for m, _ in where}
         if len(units) > 1:
-            raise ValueError(f"{' and '.join(names)} share one parameter (tied weights) but "
-                             f"sit in units {sorted(units)}: put them in one unit")
+            raise ValueError(
+                f"{' and '.join(names)} share one parameter (tied weights) but "
+                f"sit in units {sorted(units)}: put them in one unit"
+            )
         members[units.pop()].append(_shard(p, where, names, world, rank, param_dtype))
     out = []
     for name, module in chosen:
-        unit = Unit(name, module, members[name], world, param_dtype,
-                    reduce_dtype or param_dtype, reshard and module is not model)
+        unit = Unit(
+            name,
+            module,
+            members[name],
+            world,
+            param_dtype,
+            reduce_dtype or param_dtype,
+            reshard and module is not model,
+        )
         if unit.params or module is model:
             unit.free()  # sharded from the start: only the shards are in memory
             out.append(unit)
     return out
 
 
-def _shard(p: nn.Parameter, owners: list[tuple[nn.Module, str]], names: list[str], world: int,
-           rank: int, param_dtype: torch.dtype) -> ShardedParam:
+def _shard(
+    p: nn.Parameter,
+    owners: list[tuple[nn.Module, str]],
+    names: list[str],
+    world: int,
+    rank: int,
+    param_dtype: torch.dtype,
+) -> ShardedParam:
     """Rank ``rank``'s rows of ``p`` (a copy; p itself is dropped) and an empty full tensor."""
     rows = p.shape[0] if p.dim() else 1
     chunk = -(-rows // world) * (p.numel() // max(rows, 1))  # ceil(dim0 / K) rows per rank
     padded = torch.zeros(world * chunk, dtype=p.dtype, device=p.device)  # (K * chunk,)
-    padded[:p.numel()] = p.detach().reshape(-1)
-    shard = nn.Parameter(padded[rank * chunk:(rank + 1) * chunk].clone(), p.requires_grad)
+    padded[: p.numel()] = p.detach().reshape(-1)
+    shard = nn.Parameter(padded[rank * chunk : (rank + 1) * chunk].clone(), p.requires_grad)
     full = nn.Parameter(torch.empty(p.shape, dtype=param_dtype, device=p.device), p.requires_grad)
     return ShardedParam(names, owners, p.shape, chunk, shard, full)

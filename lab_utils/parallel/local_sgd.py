@@ -17,6 +17,7 @@ Delta = mean_k(theta_k). Communication per rank: one all-reduce of the parameter
 steps instead of one of the gradients every step, H times fewer bytes (in the same dtype), at
 some cost in loss per step that lab 04 measures. The sync is one flat all-reduce (AVG).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,18 +39,29 @@ class DiLoCo:
     Every replica must start from the same parameters (build the model with the same seed).
     """
 
-    def __init__(self, model: nn.Module, inner: torch.optim.Optimizer, every: int,
-                 outer_lr: float = 0.7, outer_momentum: float = 0.9, group: Any = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        inner: torch.optim.Optimizer,
+        every: int,
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+        group: Any = None,
+    ) -> None:
         if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every={every!r}: the number of inner steps between syncs, an int >= 1")
+            raise ValueError(
+                f"every={every!r}: the number of inner steps between syncs, an int >= 1"
+            )
         if not outer_lr > 0 or not 0 <= outer_momentum < 1:
-            raise ValueError(f"outer_lr={outer_lr} must be > 0 and outer_momentum="
-                             f"{outer_momentum} in [0, 1)")
+            raise ValueError(
+                f"outer_lr={outer_lr} must be > 0 and outer_momentum={outer_momentum} in [0, 1)"
+            )
         self.model, self.inner, self.every, self.group = model, inner, every, group
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.global_params = [nn.Parameter(p.detach().clone()) for p in self.params]
-        self.outer = torch.optim.SGD(self.global_params, lr=outer_lr, momentum=outer_momentum,
-                                     nesterov=outer_momentum > 0)
+        self.outer = torch.optim.SGD(
+            self.global_params, lr=outer_lr, momentum=outer_momentum, nesterov=outer_momentum > 0
+        )
         self.inner_steps = 0
 
     def step(self) -> bool:

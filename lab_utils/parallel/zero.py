@@ -27,6 +27,7 @@ Per-rank model state, fp32 Adam as run here (4 w + 4 g + 8 m,v = 16 B/param, cal
   16N, 8N + 8N/K, 4N + 12N/K (+ padding). Mixed precision ("mixed_adam", the fp32 master
   belongs to the optimizer): 16N, 4N + 12N/K, 2N + 14N/K. One rank: plain training.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,13 @@ from lab_utils.reference import make_optimizer
 AVG = dist.ReduceOp.AVG  # the mean over ranks (gloo has it on torch 2.13; only PREMUL_SUM is not)
 
 
-def zero1_step(flat_param: torch.Tensor, flat_grad: torch.Tensor, shard: nn.Parameter,
-               optimizer: torch.optim.Optimizer, group: Any = None) -> None:
+def zero1_step(
+    flat_param: torch.Tensor,
+    flat_grad: torch.Tensor,
+    shard: nn.Parameter,
+    optimizer: torch.optim.Optimizer,
+    group: Any = None,
+) -> None:
     """ZeRO-1 on ONE flat buffer, its three phases in plain sight (the lab 05 exercise).
 
     flat_param (P,): the full parameters, identical on every rank (P divisible by K).
@@ -68,9 +74,11 @@ def check_stage(stage: Any) -> int:
     (``calc.zero_stage``), and a pointer to FSDP for stage 3."""
     stage = zero_stage(stage)
     if stage == 3:
-        raise ValueError("ZeRO-3 shards the weights too, so it must wrap the model's forward and "
-                         "backward: use lab_utils.parallel.fsdp.FSDP(model, group) and any torch "
-                         "optimizer over its parameters()")
+        raise ValueError(
+            "ZeRO-3 shards the weights too, so it must wrap the model's forward and "
+            "backward: use lab_utils.parallel.fsdp.FSDP(model, group) and any torch "
+            "optimizer over its parameters()"
+        )
     return stage
 
 
@@ -92,7 +100,7 @@ def _views(flat: torch.Tensor, params: list[nn.Parameter]) -> list[torch.Tensor]
     """Consecutive views of `flat` shaped like `params` (the padding at the end is left out)."""
     views, offset = [], 0
     for p in params:
-        views.append(flat[offset:offset + p.numel()].view_as(p))
+        views.append(flat[offset : offset + p.numel()].view_as(p))
         offset += p.numel()
     return views
 
@@ -114,9 +122,16 @@ class ZeroOptimizer:
     model.zero_grad(): stages 0-1 keep every .grad as a view of one flat buffer per unit.
     """
 
-    def __init__(self, model: nn.Module, stage: int, group: Any = None, optimizer: str = "adamw",
-                 lr: float = 1e-2, weight_decay: float = 0.0,
-                 units: list[tuple[str, nn.Module]] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        stage: int,
+        group: Any = None,
+        optimizer: str = "adamw",
+        lr: float = 1e-2,
+        weight_decay: float = 0.0,
+        units: list[tuple[str, nn.Module]] | None = None,
+    ) -> None:
         self.model, self.stage = model, check_stage(stage)
         self.group = group  # None: the default group, never held (data_parallel's docstring)
         self.K, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
@@ -126,8 +141,7 @@ class ZeroOptimizer:
             seen.update(id(p) for p in params)
             if params:
                 self.units.append(self._make_unit(name, params))
-        self.optimizer = make_optimizer([u.shard for u in self.units], optimizer, lr,
-                                        weight_decay)
+        self.optimizer = make_optimizer([u.shard for u in self.units], optimizer, lr, weight_decay)
         self.zero_grad()
         if stage == 2:  # reduce-scatter a unit as soon as its last gradient has arrived
             for u in self.units:
@@ -142,7 +156,7 @@ class ZeroOptimizer:
             view.copy_(p.detach())
             p.data = view  # the parameter now lives inside the flat buffer
         lo, size = (self.rank * padded // self.K, padded // self.K) if self.stage else (0, padded)
-        shard = nn.Parameter(full[lo:lo + size])  # a VIEW: updating it updates `full` (no copy)
+        shard = nn.Parameter(full[lo : lo + size])  # a VIEW: updating it updates `full` (no copy)
         unit = FlatUnit(name, params, numel, padded, full, shard, pending=len(params))
         if self.stage <= 1:
             unit.grad_full = torch.zeros_like(full)  # persistent: 4 P_u bytes on every rank
@@ -157,8 +171,10 @@ class ZeroOptimizer:
                 self.reduce_grads(u)
         elif any(u.pending != len(u.params) for u in self.units):
             late = [u.name for u in self.units if u.pending != len(u.params)]
-            raise RuntimeError(f"units {late}: some parameters got no gradient in backward; "
-                               "ZeRO-2 reduces a unit only when all of them have arrived")
+            raise RuntimeError(
+                f"units {late}: some parameters got no gradient in backward; "
+                "ZeRO-2 reduces a unit only when all of them have arrived"
+            )
         self.optimizer.step()  # 2. Adam on P_u / K elements per unit (stage 0: P_u)
         if self.stage >= 1:
             for u in self.units:
@@ -194,10 +210,14 @@ class ZeroOptimizer:
             p.grad = None  # ZeRO-2: the full gradient of this unit is freed right here
 
     def _check_grad_views(self, u: FlatUnit) -> None:
-        if any(p.grad is None or p.grad.data_ptr() != v.data_ptr()
-               for p, v in zip(u.params, _views(u.grad_full, u.params))):
-            raise RuntimeError("a .grad is no longer a view of the flat gradient buffer: "
-                               "call zero.zero_grad(), not model.zero_grad()")
+        if any(
+            p.grad is None or p.grad.data_ptr() != v.data_ptr()
+            for p, v in zip(u.params, _views(u.grad_full, u.params))
+        ):
+            raise RuntimeError(
+                "a .grad is no longer a view of the flat gradient buffer: "
+                "call zero.zero_grad(), not model.zero_grad()"
+            )
 
     # ---- bookkeeping --------------------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -209,7 +229,7 @@ class ZeroOptimizer:
                 for p, view in zip(u.params, _views(u.grad_full, u.params)):
                     p.grad = view
                 lo = self.rank * u.padded // self.K if self.stage else 0
-                u.shard.grad = u.grad_full[lo:lo + u.shard.numel()]
+                u.shard.grad = u.grad_full[lo : lo + u.shard.numel()]
             elif u.shard.grad is None:
                 u.shard.grad = torch.zeros_like(u.shard)
             else:
@@ -219,19 +239,37 @@ class ZeroOptimizer:
         """Bytes of model state this rank holds now: distinct storages of parameters, gradients
         and per-element optimizer state (Adam m, v; the scalar `step` counters are excluded).
         `padding` = elements added to make every unit divisible by K."""
+
         def total(tensors: list[torch.Tensor | None]) -> int:
-            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                        for t in tensors if t is not None and t.untyped_storage().nbytes()}
+            storages = {
+                t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in tensors
+                if t is not None and t.untyped_storage().nbytes()
+            }
             return sum(storages.values())
+
         params = total([u.full for u in self.units] + [u.shard for u in self.units])
-        grads = total([u.grad_full for u in self.units] + [u.shard.grad for u in self.units]
-                      + [p.grad for u in self.units for p in u.params])
-        optim = total([s for u in self.units for s in self.optimizer.state[u.shard].values()
-                       if isinstance(s, torch.Tensor) and s.numel() == u.shard.numel()])
-        return {"params": params, "grads": grads, "optimizer": optim,
-                "total": params + grads + optim,
-                "n_params": sum(u.numel for u in self.units),
-                "padding": sum(u.padded - u.numel for u in self.units)}
+        grads = total(
+            [u.grad_full for u in self.units]
+            + [u.shard.grad for u in self.units]
+            + [p.grad for u in self.units for p in u.params]
+        )
+        optim = total(
+            [
+                s
+                for u in self.units
+                for s in self.optimizer.state[u.shard].values()
+                if isinstance(s, torch.Tensor) and s.numel() == u.shard.numel()
+            ]
+        )
+        return {
+            "params": params,
+            "grads": grads,
+            "optimizer": optim,
+            "total": params + grads + optim,
+            "n_params": sum(u.numel for u in self.units),
+            "padding": sum(u.padded - u.numel for u in self.units),
+        }
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The model's weights (every rank holds them all in stages 0-2: no communication)."""

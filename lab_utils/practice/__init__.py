@@ -20,15 +20,29 @@ Imports go one way: items <- drills <- critiques; concepts; mock <- (drills, con
 critiques); widgets <- mock_ui. Nothing imports this index but code outside the package (and
 ``leaks``, for ``lookup``).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from lab_utils.practice.concepts import Concept, ConceptResult, concept, load_bank, topics
-from lab_utils.practice.critiques import (Critique, CritiqueResult, Statement, all_critiques,
-                                          critique)
-from lab_utils.practice.drills import (Drill, DrillResult, DrillSession, Mistake, kinds,
-                                       lookup_drill, make_drill, make_drills)
+from lab_utils.practice.critiques import (
+    Critique,
+    CritiqueResult,
+    Statement,
+    all_critiques,
+    critique,
+)
+from lab_utils.practice.drills import (
+    Drill,
+    DrillResult,
+    DrillSession,
+    Mistake,
+    kinds,
+    lookup_drill,
+    make_drill,
+    make_drills,
+)
 from lab_utils.practice.items import SUBMITTED, Secrets, submitted_mark, tag
 from lab_utils.practice.mock import MockInterview
 
@@ -47,26 +61,55 @@ def lookup(item_id: str) -> Any:
 
 def drill_widget(seed: int = 0, kinds: list[str] | None = None) -> Any:
     from lab_utils.practice.widgets import drill_widget as make
+
     return make(seed, kinds)
 
 
 def concept_widget(kind: str = "concept", topic: str | None = None) -> Any:
     from lab_utils.practice.widgets import concept_widget as make
+
     return make(kind, topic)
 
 
 def critique_widget() -> Any:
     from lab_utils.practice.widgets import critique_widget as make
+
     return make()
 
 
 def mock_widget(seed: int = 0, minutes: float = 30, **counts: int) -> Any:
     from lab_utils.practice.mock_ui import mock_widget as make
+
     return make(seed, minutes, **counts)
 
 
-__all__ = ["Drill", "DrillResult", "DrillSession", "Mistake", "kinds", "make_drill", "make_drills",
-           "lookup_drill", "Concept", "ConceptResult", "concept", "load_bank", "topics",
-           "Critique", "CritiqueResult", "Statement", "all_critiques", "critique",
-           "MockInterview", "lookup", "drill_widget", "concept_widget", "critique_widget",
-           "mock_widget", "SUBMITTED", "Secrets", "submitted_mark", "tag"]
+__all__ = [
+    "Drill",
+    "DrillResult",
+    "DrillSession",
+    "Mistake",
+    "kinds",
+    "make_drill",
+    "make_drills",
+    "lookup_drill",
+    "Concept",
+    "ConceptResult",
+    "concept",
+    "load_bank",
+    "topics",
+    "Critique",
+    "CritiqueResult",
+    "Statement",
+    "all_critiques",
+    "critique",
+    "MockInterview",
+    "lookup",
+    "drill_widget",
+    "concept_widget",
+    "critique_widget",
+    "mock_widget",
+    "SUBMITTED",
+    "Secrets",
+    "submitted_mark",
+    "tag",
+]

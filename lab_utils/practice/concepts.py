@@ -14,6 +14,7 @@ it misses paraphrases and can be fooled by listing words, and it never decides t
 The bank lives in ``bank/*.yaml`` (our own words; sources named per question). ``kind`` is
 "concept" (explain an idea) or "debug" (walk through a production problem, in order).
 """
+
 from __future__ import annotations
 
 import re
@@ -63,9 +64,15 @@ class Concept:
         """Your free-text answer; too short or not text: an invalid result saying why."""
         if not isinstance(text, str) or len(text.split()) < MIN_WORDS:
             words = len(text.split()) if isinstance(text, str) else 0
-            return ConceptResult(self, False, str(text), (), f"write your answer first: at least "
-                                 f"{MIN_WORDS} words (got {words}). Then submit to see the key "
-                                 "points.")
+            return ConceptResult(
+                self,
+                False,
+                str(text),
+                (),
+                f"write your answer first: at least "
+                f"{MIN_WORDS} words (got {words}). Then submit to see the key "
+                "points.",
+            )
         return ConceptResult(self, True, text, tuple(p.mentioned(text) for p in self.points))
 
 
@@ -106,8 +113,10 @@ class ConceptResult:
 
     def lines(self) -> list[str]:
         c = self.concept
-        out = [f"{submitted_mark(c.id)} Key points (tick those you covered; the marks are a "
-               "keyword hint only):"]
+        out = [
+            f"{submitted_mark(c.id)} Key points (tick those you covered; the marks are a "
+            "keyword hint only):"
+        ]
         for i, (p, hint) in enumerate(zip(c.points, self.hints), 1):
             out.append(f"  {i}. [{'seems mentioned' if hint else 'not spotted'}] {p.text}")
         out.append(f"Model answer: {c.answer}")
@@ -131,8 +140,15 @@ def _parse(entry: dict, kind: str, where: str) -> Concept:
         points.append(KeyPoint(" ".join(p["text"].split()), kws))
     if len(points) < 2:
         raise ValueError(f"{where}: {entry['id']!r} needs at least 2 key points")
-    return Concept(f"{kind}:{entry['id']}", kind, entry["topic"], " ".join(entry["question"].split()),
-                   tuple(points), " ".join(entry["answer"].split()), entry.get("source", ""))
+    return Concept(
+        f"{kind}:{entry['id']}",
+        kind,
+        entry["topic"],
+        " ".join(entry["question"].split()),
+        tuple(points),
+        " ".join(entry["answer"].split()),
+        entry.get("source", ""),
+    )
 
 
 @lru_cache(maxsize=None)
@@ -144,14 +160,16 @@ def load_bank(kind: str = "concept") -> tuple[Concept, ...]:
     items = tuple(_parse(e, kind, path.name) for e in yaml.safe_load(path.read_text())["items"])
     ids = [c.id for c in items]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"{path.name}: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}")
+        raise ValueError(
+            f"{path.name}: duplicate ids {sorted({i for i in ids if ids.count(i) > 1})}"
+        )
     return items
 
 
 def concept(item_id: str) -> Concept:
     """One question by id: 'zero-stages', 'concept:zero-stages' or 'debug:hang-at-step-n'."""
     kind, _, short = item_id.rpartition(":")
-    for k in ((kind,) if kind else KINDS):
+    for k in (kind,) if kind else KINDS:
         for c in load_bank(k):
             if c.id == f"{k}:{short}":
                 return c

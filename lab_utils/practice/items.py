@@ -10,6 +10,7 @@ answer); ``lab_utils.practice.leaks`` searches an executed notebook for them and
 each one appears only after the item's submit marker. The prompt (``tag`` + question) is
 safe to show.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,7 @@ class Secrets:
 
     numbers: tuple[float, ...] = ()
     texts: tuple[str, ...] = ()
-    units: tuple[str, ...] = ()     # the unit of each number (what may follow it when printed)
+    units: tuple[str, ...] = ()  # the unit of each number (what may follow it when printed)
 
 
 class Item(Protocol):
@@ -75,13 +76,20 @@ def with_unit(x: float, unit: str) -> str:
 # an HTML output as LaTeX (a price and its unit vanish into math italics). A learner may still
 # type "$1.5M": the sign is read and dropped.
 MILLION_USD = "million USD"
-UNIT_WORDS = {"x": ("x", "×", "times"), "%": ("%", "percent"),
-              MILLION_USD: ("million USD", "million", "M USD", "MUSD", "M")}
+UNIT_WORDS = {
+    "x": ("x", "×", "times"),
+    "%": ("%", "percent"),
+    MILLION_USD: ("million USD", "million", "M USD", "MUSD", "M"),
+}
 # Units that are a multiple of a plain count, the factor, and from which size on a number cannot
 # be meant in that unit (a 8.8e9 typed for "B params" is the full count): such input is refused
 # with a hint, not graded wrong.
-SCALED_UNITS = {"B params": (1e9, 1e6, "billions of parameters"), "GB": (1e9, 1e6, "gigabytes"),
-                "MB": (1e6, 1e7, "megabytes"), MILLION_USD: (1e6, 1e5, "millions of US dollars")}
+SCALED_UNITS = {
+    "B params": (1e9, 1e6, "billions of parameters"),
+    "GB": (1e9, 1e6, "gigabytes"),
+    "MB": (1e6, 1e7, "megabytes"),
+    MILLION_USD: (1e6, 1e5, "millions of US dollars"),
+}
 MATH_PAIR = re.compile(r"(?<!\\)\$[^$]*(?<!\\)\$")
 
 
@@ -99,8 +107,10 @@ def parse_answer(value: Any, unit: str = "") -> float:
     follow the number), '42x', '16%'. Refuses empty text, other units, NaN and infinities.
     """
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"{value!r} is not a number: type digits, e.g. 48 or 2.5e3"
-                         + (f" (in {unit})" if unit else ""))
+        raise ValueError(
+            f"{value!r} is not a number: type digits, e.g. 48 or 2.5e3"
+            + (f" (in {unit})" if unit else "")
+        )
     if isinstance(value, (int, float)):
         x = float(value)
     else:
@@ -108,8 +118,9 @@ def parse_answer(value: Any, unit: str = "") -> float:
             raise ValueError(f"{value!r} is not a number: type digits, e.g. 48 or 2.5e3")
         text = value.strip().replace(",", "").replace("_", "")
         if not text:
-            raise ValueError("the answer box is empty: type a number"
-                             + (f" (in {unit})" if unit else ""))
+            raise ValueError(
+                "the answer box is empty: type a number" + (f" (in {unit})" if unit else "")
+            )
         if unit == MILLION_USD:
             text = text.removeprefix("$").removeprefix("USD").strip()
         for word in sorted(UNIT_WORDS.get(unit, (unit,)) if unit else (), key=len, reverse=True):
@@ -117,16 +128,20 @@ def parse_answer(value: Any, unit: str = "") -> float:
                 text = text[: -len(word)].strip()
                 break
         if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
-            raise ValueError(f"{value.strip()!r} is not a number"
-                             + (f" in {unit}" if unit else "")
-                             + ": type digits only, e.g. 48.5 or 1.2e3")
+            raise ValueError(
+                f"{value.strip()!r} is not a number"
+                + (f" in {unit}" if unit else "")
+                + ": type digits only, e.g. 48.5 or 1.2e3"
+            )
         x = float(text)
     if not math.isfinite(x):
         raise ValueError(f"{value!r} is not a finite number")
     scale, implausible, words = SCALED_UNITS.get(unit, (1.0, math.inf, ""))
     if abs(x) >= implausible:
-        raise ValueError(f"{value!r} looks like a plain count, but the answer is in {unit} "
-                         f"({words}): divide by 1e{round(math.log10(scale))} and submit again")
+        raise ValueError(
+            f"{value!r} looks like a plain count, but the answer is in {unit} "
+            f"({words}): divide by 1e{round(math.log10(scale))} and submit again"
+        )
     return x
 
 

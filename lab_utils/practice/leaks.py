@@ -26,6 +26,7 @@ Two exceptions keep it honest rather than noisy: a secret that another item shar
 sentence such as "16 B/param ...") is not a leak where that other item was submitted earlier;
 and "you said <value>;", the learner's own input echoed back, is not searched for numbers.
 """
+
 from __future__ import annotations
 
 import html
@@ -46,9 +47,9 @@ WIDGET_STATE = "widget state"
 @dataclass(frozen=True)
 class Leak:
     item_id: str
-    where: str          # "cell 12 output 0", "widget state", "markdown cell 3"
-    what: str           # the secret found
-    context: str        # text around it
+    where: str  # "cell 12 output 0", "widget state", "markdown cell 3"
+    what: str  # the secret found
+    context: str  # text around it
 
     def __str__(self) -> str:
         return f"{self.item_id}: {self.what!r} in {self.where}: ...{self.context}..."
@@ -64,8 +65,11 @@ def _text_of(output: dict) -> str:
     if output.get("output_type") == "error":
         return "\n".join(output.get("traceback", [])) + f"\n{output.get('evalue', '')}"
     data = output.get("data", {})
-    return "\n".join(_join(data[k]) for k in ("text/plain", "text/html", "text/markdown",
-                                              "text/latex") if k in data)
+    return "\n".join(
+        _join(data[k])
+        for k in ("text/plain", "text/html", "text/markdown", "text/latex")
+        if k in data
+    )
 
 
 def _public_strings(value: Any) -> list[str]:
@@ -74,9 +78,14 @@ def _public_strings(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in _public_strings(v)]
     if isinstance(value, dict):
-        return [s for k, v in value.items() if not str(k).startswith("_")
-                for s in _public_strings(v)]
-    return [json.dumps(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+        return [
+            s for k, v in value.items() if not str(k).startswith("_") for s in _public_strings(v)
+        ]
+    return (
+        [json.dumps(value)]
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+        else []
+    )
 
 
 def chunks(nb: Any) -> list[tuple[str, str]]:
@@ -87,8 +96,12 @@ def chunks(nb: Any) -> list[tuple[str, str]]:
             continue
         for oi, o in enumerate(cell.get("outputs", [])):
             out.append((f"cell {ci} output {oi}", plain(_text_of(o))))
-    state = nb.get("metadata", {}).get("widgets", {}).get(
-        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.get("metadata", {})
+        .get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     if state:
         strings = [s for model in state.values() for s in _public_strings(model.get("state", {}))]
         out.append((WIDGET_STATE, plain("\n".join(strings))))
@@ -127,7 +140,7 @@ def number_matches(token: str, value: float) -> bool:
     """Is ``token`` the value printed at the token's precision (rounded or truncated)?"""
     t = token.replace(",", "")
     decimals = len(t.split(".")[1]) if "." in t else 0
-    x, scale = float(t), 10 ** decimals
+    x, scale = float(t), 10**decimals
     candidates = (round(value * scale) / scale, int(value * scale) / scale)
     return any(abs(x - c) <= 1e-9 * max(1.0, abs(x)) for c in candidates)
 
@@ -142,21 +155,41 @@ def find_secrets(text: str, item: Any, numbers: bool = True) -> list[tuple[int, 
         for s in sentences(secret):
             i = flat.find(s)
             if i >= 0:
-                found.append((int(i * len(text) / max(1, len(flat))), s.strip(),
-                              flat[max(0, i - 40): i + len(s) + 40], False))
+                found.append(
+                    (
+                        int(i * len(text) / max(1, len(flat))),
+                        s.strip(),
+                        flat[max(0, i - 40) : i + len(s) + 40],
+                        False,
+                    )
+                )
                 break
     if numbers:
         units = sec.units or ("",) * len(sec.numbers)
         values = [(v, u) for v, u in zip(sec.numbers, units) if searchable(v)]
-        scrubbed = ECHO.sub(lambda m: " " * len(m.group()), TAG.sub(
-            lambda m: " " * len(m.group()), re.sub(ID_PATTERN, lambda m: " " * len(m.group()), text)))
+        scrubbed = ECHO.sub(
+            lambda m: " " * len(m.group()),
+            TAG.sub(
+                lambda m: " " * len(m.group()),
+                re.sub(ID_PATTERN, lambda m: " " * len(m.group()), text),
+            ),
+        )
         for m in NUMBER.finditer(scrubbed):
             token = m.group(1)
-            after = scrubbed[m.end(): m.end() + 16].lstrip().lower()
-            if any(number_matches(token, v) and (sig_digits(token) >= 4 or sig_digits(token) == 3
-                                                 and u and after.startswith(u.lower()))
-                   for v, u in values):
-                found.append((m.start(), token, scrubbed[max(0, m.start() - 60): m.end() + 30], True))
+            after = scrubbed[m.end() : m.end() + 16].lstrip().lower()
+            if any(
+                number_matches(token, v)
+                and (
+                    sig_digits(token) >= 4
+                    or sig_digits(token) == 3
+                    and u
+                    and after.startswith(u.lower())
+                )
+                for v, u in values
+            ):
+                found.append(
+                    (m.start(), token, scrubbed[max(0, m.start() - 60) : m.end() + 30], True)
+                )
     return found
 
 
@@ -182,9 +215,11 @@ def submitted_ids(nb: Any) -> list[str]:
 def find_leaks(nb: Any, extra_ids: Iterable[str] = ()) -> list[Leak]:
     """Every secret of every shown (or named) item found where its submit does not explain it."""
     from lab_utils.practice import lookup
+
     parts = chunks(nb)
-    ids = list(dict.fromkeys([m.group(1) for _, t in parts for m in TAG.finditer(t)]
-                             + list(extra_ids)))
+    ids = list(
+        dict.fromkeys([m.group(1) for _, t in parts for m in TAG.finditer(t)] + list(extra_ids))
+    )
     items = {i: lookup(i) for i in ids}
     marks = _marks(parts)
     last = len(parts)
@@ -205,17 +240,24 @@ def find_leaks(nb: Any, extra_ids: Iterable[str] = ()) -> list[Leak]:
     for item_id, item in items.items():
         for ci, cell in enumerate(nb["cells"]):
             if cell["cell_type"] == "markdown":
-                leaks += [Leak(item_id, f"markdown cell {ci}", s, c) for _, s, c, _ in
-                          find_secrets(plain(_join(cell["source"])), item, numbers=False)]
+                leaks += [
+                    Leak(item_id, f"markdown cell {ci}", s, c)
+                    for _, s, c, _ in find_secrets(
+                        plain(_join(cell["source"])), item, numbers=False
+                    )
+                ]
         stop = marks.get(item_id, (last, 0))
         for k, (where, text) in enumerate(parts):
             if where == WIDGET_STATE and item_id in marks:
-                continue                          # submitted: its final state may show the answer
+                continue  # submitted: its final state may show the answer
             if (k, 0) > stop:
                 break
             region = text[: stop[1]] if k == stop[0] else text
-            leaks += [Leak(item_id, where, s, c) for pos, s, c, num in find_secrets(region, item)
-                      if not explained(item_id, s, num, k, pos)]
+            leaks += [
+                Leak(item_id, where, s, c)
+                for pos, s, c, num in find_secrets(region, item)
+                if not explained(item_id, s, num, k, pos)
+            ]
     return leaks
 
 
@@ -223,6 +265,7 @@ def answers_after_submit(nb: Any) -> int:
     """How many (item, secret) pairs appear AFTER their submit marker: proof the search sees
     answers when they are there (a test that finds no leaks should also find these)."""
     from lab_utils.practice import lookup
+
     parts, count = chunks(nb), 0
     text = "\n".join(t for _, t in parts)
     for item_id in _marks(parts):

@@ -17,6 +17,7 @@ keyword hint's ticks, so it never falls to 0 with no way back. ``finish`` stops 
 Answers after the time limit are graded and shown, but score 0. ``clock`` is injectable
 (tests and quick mode use a fake one), so nothing here depends on wall time.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,7 +37,7 @@ class Answered:
 
     item: Any
     result: Any = None
-    at_s: float | None = None       # seconds after the start
+    at_s: float | None = None  # seconds after the start
 
     @property
     def points(self) -> float:
@@ -64,18 +65,33 @@ class MockInterview:
 
     def __post_init__(self) -> None:
         counts = (self.n_drills, self.n_concepts, self.n_debug, self.n_critiques)
-        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts) or \
-                sum(counts) == 0:
+        if (
+            any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)
+            or sum(counts) == 0
+        ):
             raise ValueError("the item counts must be whole numbers >= 0, not all 0")
-        if isinstance(self.minutes, bool) or not isinstance(self.minutes, (int, float)) or \
-                not 0 < self.minutes <= 600:
+        if (
+            isinstance(self.minutes, bool)
+            or not isinstance(self.minutes, (int, float))
+            or not 0 < self.minutes <= 600
+        ):
             raise ValueError(f"minutes must be a number in (0, 600], got {self.minutes!r}")
         rng = random.Random(f"mock:{self.seed}")
-        drawn: list[Any] = make_drills(self.seed, self.n_drills,
-                                       rng.sample(kinds(), min(self.n_drills, len(kinds()))) or None,
-                                       prefix="m") if self.n_drills else []
-        for bank, n in ((load_bank("concept"), self.n_concepts), (load_bank("debug"), self.n_debug),
-                        (all_critiques(), self.n_critiques)):
+        drawn: list[Any] = (
+            make_drills(
+                self.seed,
+                self.n_drills,
+                rng.sample(kinds(), min(self.n_drills, len(kinds()))) or None,
+                prefix="m",
+            )
+            if self.n_drills
+            else []
+        )
+        for bank, n in (
+            (load_bank("concept"), self.n_concepts),
+            (load_bank("debug"), self.n_debug),
+            (all_critiques(), self.n_critiques),
+        ):
             if n > len(bank):
                 raise ValueError(f"asked for {n} items but the bank has {len(bank)}")
             drawn += rng.sample(list(bank), n)
@@ -103,8 +119,9 @@ class MockInterview:
     def current(self) -> Any:
         return self.items[self.index].item
 
-    def answer(self, value: Any = None, text: Any = None, wrong: Iterable[int] = (),
-               numbers: Any = ()) -> Any:
+    def answer(
+        self, value: Any = None, text: Any = None, wrong: Iterable[int] = (), numbers: Any = ()
+    ) -> Any:
         """Answer the current item (a number for a drill, text for a concept or debug item, the
         wrong statements and numbers for a critique). Invalid input is not recorded."""
         if self.started_at is None:
@@ -163,16 +180,27 @@ class MockInterview:
     def scorecard(self) -> list[dict]:
         rows = []
         for i, a in enumerate(self.items, 1):
-            state = ("not answered" if a.result is None else
-                     "after the time limit" if not self.in_time(a) else
-                     "tick your key points" if isinstance(a.result, ConceptResult)
-                     and a.result.score is None else "")
+            state = (
+                "not answered"
+                if a.result is None
+                else "after the time limit"
+                if not self.in_time(a)
+                else "tick your key points"
+                if isinstance(a.result, ConceptResult) and a.result.score is None
+                else ""
+            )
             kind = f"drill ({a.item.kind})" if isinstance(a.item, Drill) else a.item.kind
             text = a.item.title if isinstance(a.item, Critique) else a.item.question
-            rows.append({"#": i, "question": shorten(text, 60), "kind": kind,
-                         "points": round(a.points if self.in_time(a) else 0.0, 2),
-                         "answered at (min)": None if a.at_s is None else round(a.at_s / 60, 1),
-                         "note": state})
+            rows.append(
+                {
+                    "#": i,
+                    "question": shorten(text, 60),
+                    "kind": kind,
+                    "points": round(a.points if self.in_time(a) else 0.0, 2),
+                    "answered at (min)": None if a.at_s is None else round(a.at_s / 60, 1),
+                    "note": state,
+                }
+            )
         return rows
 
     @property
@@ -181,6 +209,9 @@ class MockInterview:
 
     def show_scorecard(self) -> None:
         from lab_utils.viz import show_table
-        show_table(self.scorecard(), title=f"Mock interview: {self.score:.0%} "
-                                           f"({self.elapsed_s / 60:.1f} of {self.minutes:g} min)")
 
+        show_table(
+            self.scorecard(),
+            title=f"Mock interview: {self.score:.0%} "
+            f"({self.elapsed_s / 60:.1f} of {self.minutes:g} min)",
+        )

@@ -4,6 +4,7 @@ The clock is read at every click (no background thread), so the status line show
 left as of the last action. Drive it in tests with ``.start_button.click()``, the card's own
 boxes and buttons, ``.next_button.click()`` and ``.finish_button.click()``.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,8 +17,10 @@ from lab_utils.practice.drills import Drill
 from lab_utils.practice.mock import MockInterview
 from lab_utils.practice.widgets import ConceptCard, CritiqueCard, DrillCard, error_html, title
 
-PRETEND_TEXT = ("A pretend answer from quick mode: the learner would write a few sentences here "
-                "about what is split, what is communicated and what it costs.")
+PRETEND_TEXT = (
+    "A pretend answer from quick mode: the learner would write a few sentences here "
+    "about what is split, what is communicated and what it costs."
+)
 
 
 class MockWidget(w.VBox):
@@ -33,11 +36,21 @@ class MockWidget(w.VBox):
         self.next_button.on_click(self._on_next)
         self.finish_button.on_click(self._on_finish)
         n = len(mock.items)
-        intro = (f"{n} questions, {mock.minutes:g} minutes. Answer in order; the key points and "
-                 "worked answers appear after each submit. Answers after the limit score 0.")
-        super().__init__([title("Mock interview"), w.HTML(html.escape(intro)),
-                          w.HBox([self.start_button, self.next_button, self.finish_button]),
-                          self.status, self.error, self.holder, self.result])
+        intro = (
+            f"{n} questions, {mock.minutes:g} minutes. Answer in order; the key points and "
+            "worked answers appear after each submit. Answers after the limit score 0."
+        )
+        super().__init__(
+            [
+                title("Mock interview"),
+                w.HTML(html.escape(intro)),
+                w.HBox([self.start_button, self.next_button, self.finish_button]),
+                self.status,
+                self.error,
+                self.holder,
+                self.result,
+            ]
+        )
         self._status()
 
     def _status(self) -> None:
@@ -47,14 +60,21 @@ class MockWidget(w.VBox):
             return
         answered = sum(a.result is not None for a in m.items)
         if m.finished_at is not None:
-            self.status.value = (f"<b>Finished</b> &middot; answered {answered} of "
-                                 f"{len(m.items)} in {m.elapsed_s / 60:.1f} of {m.minutes:g} min")
+            self.status.value = (
+                f"<b>Finished</b> &middot; answered {answered} of "
+                f"{len(m.items)} in {m.elapsed_s / 60:.1f} of {m.minutes:g} min"
+            )
             return
         left = m.remaining_s
-        clock = (f"{int(left // 60)}:{int(left % 60):02d} left" if left >= 0
-                 else f"over time by {int(-left // 60)}:{int(-left % 60):02d}")
-        self.status.value = (f"<b>Question {m.index + 1} of {len(m.items)}</b> &middot; {clock} "
-                             f"&middot; answered {answered}")
+        clock = (
+            f"{int(left // 60)}:{int(left % 60):02d} left"
+            if left >= 0
+            else f"over time by {int(-left // 60)}:{int(-left % 60):02d}"
+        )
+        self.status.value = (
+            f"<b>Question {m.index + 1} of {len(m.items)}</b> &middot; {clock} "
+            f"&middot; answered {answered}"
+        )
 
     def _answer(self, **kwargs: Any) -> Any:
         r = self.mock.answer(**kwargs)
@@ -73,8 +93,9 @@ class MockWidget(w.VBox):
         elif isinstance(item, Concept):
             self.card = ConceptCard(item, lambda t: self._answer(text=t), self._grade, done)
         else:
-            self.card = CritiqueCard(item, lambda wr, nums: self._answer(wrong=wr, numbers=nums),
-                                     done)
+            self.card = CritiqueCard(
+                item, lambda wr, nums: self._answer(wrong=wr, numbers=nums), done
+            )
         self.holder.children = [self.card]
         self.next_button.disabled = self.mock.index >= len(self.mock.items) - 1
 
@@ -88,8 +109,12 @@ class MockWidget(w.VBox):
     def _settle_card(self) -> None:
         """A concept answered but not scored counts with the ticks on screen (never 0 unseen)."""
         card, slot = self.card, self.mock.items[self.mock.index]
-        if isinstance(card, ConceptCard) and card.result is not None and \
-                slot.result is card.result and card.result.score is None:
+        if (
+            isinstance(card, ConceptCard)
+            and card.result is not None
+            and slot.result is card.result
+            and card.result.score is None
+        ):
             card.score_button.click()
 
     def _on_next(self, _: Any = None) -> None:
@@ -100,14 +125,17 @@ class MockWidget(w.VBox):
 
     def _on_finish(self, _: Any = None) -> None:
         from lab_utils.viz import Table
+
         m = self.mock
         if m.started_at is None:
             self.error.value = error_html("press start first")
             return
         self._settle_card()
         m.finish()
-        table = Table(m.scorecard(), title=f"Score {m.score:.0%} after {m.elapsed_s / 60:.1f} of "
-                                           f"{m.minutes:g} minutes")
+        table = Table(
+            m.scorecard(),
+            title=f"Score {m.score:.0%} after {m.elapsed_s / 60:.1f} of {m.minutes:g} minutes",
+        )
         self.result.value = table._repr_html_()
         for b in (self.next_button, self.finish_button):
             b.disabled = True
@@ -140,4 +168,3 @@ class MockWidget(w.VBox):
 def mock_widget(seed: int = 0, minutes: float = 30, **counts: int) -> MockWidget:
     """A timed mock interview (``MockInterview(seed, minutes=..., n_drills=..., ...)``)."""
     return MockWidget(MockInterview(seed=seed, minutes=minutes, **counts))
-

@@ -11,6 +11,7 @@ submit no widget holds any part of the answer: not in a hidden element, not in a
 The decks (DrillWidget, ConceptWidget, CritiqueWidget) add navigation; ``mock_widget`` is the
 timed interview. ``simulate()`` plays a pretend learner (quick mode, tests).
 """
+
 from __future__ import annotations
 
 import html
@@ -41,16 +42,25 @@ def title(text: str) -> w.HTML:
 
 
 class DrillCard(w.VBox):
-    def __init__(self, drill: Drill, submit: Callable[[Any], Any],
-                 give_up: Callable[[], Any] | None = None, done: Any = None):
+    def __init__(
+        self,
+        drill: Drill,
+        submit: Callable[[Any], Any],
+        give_up: Callable[[], Any] | None = None,
+        done: Any = None,
+    ):
         self.drill, self._submit, self._give_up = drill, submit, give_up
         self.question = w.HTML(block(drill.prompt))
-        self.box = w.Text(placeholder=f"your answer, in {drill.unit}", layout=w.Layout(width="240px"))
+        self.box = w.Text(
+            placeholder=f"your answer, in {drill.unit}", layout=w.Layout(width="240px")
+        )
         self.submit_button = w.Button(description="Submit", button_style="primary")
         self.give_up_button = w.Button(description="Show the answer")
         self.error, self.feedback = w.HTML(), w.HTML()
         self.submit_button.on_click(lambda _: self._show(self._submit(self.box.value)))
-        self.give_up_button.on_click(lambda _: self._show(self._give_up()) if self._give_up else None)
+        self.give_up_button.on_click(
+            lambda _: self._show(self._give_up()) if self._give_up else None
+        )
         row = [self.box, self.submit_button] + ([self.give_up_button] if give_up else [])
         super().__init__([self.question, w.HBox(row), self.error, self.feedback])
         if done is not None:
@@ -68,13 +78,20 @@ class DrillCard(w.VBox):
 
 
 class ConceptCard(w.VBox):
-    def __init__(self, concept: Concept, submit: Callable[[str], ConceptResult],
-                 grade: Callable[[set[int]], float] | None = None, done: ConceptResult | None = None):
+    def __init__(
+        self,
+        concept: Concept,
+        submit: Callable[[str], ConceptResult],
+        grade: Callable[[set[int]], float] | None = None,
+        done: ConceptResult | None = None,
+    ):
         self.concept, self._submit, self._grade = concept, submit, grade
         self.result: ConceptResult | None = None
         self.question = w.HTML(block(concept.prompt))
-        self.text = w.Textarea(placeholder="Your answer first (a few sentences), then submit.",
-                               layout=w.Layout(width="100%", height="110px"))
+        self.text = w.Textarea(
+            placeholder="Your answer first (a few sentences), then submit.",
+            layout=w.Layout(width="100%", height="110px"),
+        )
         self.submit_button = w.Button(description="Submit", button_style="primary")
         self.error, self.feedback, self.score = w.HTML(), w.HTML(), w.HTML()
         self.points: list[w.Checkbox] = []
@@ -82,8 +99,18 @@ class ConceptCard(w.VBox):
         self.score_button = w.Button(description="Score my answer", layout=w.Layout(display="none"))
         self.submit_button.on_click(lambda _: self._show(self._submit(self.text.value)))
         self.score_button.on_click(self._on_score)
-        super().__init__([self.question, self.text, self.submit_button, self.error, self.feedback,
-                          self.points_box, self.score_button, self.score])
+        super().__init__(
+            [
+                self.question,
+                self.text,
+                self.submit_button,
+                self.error,
+                self.feedback,
+                self.points_box,
+                self.score_button,
+                self.score,
+            ]
+        )
         if done is not None:
             self._show(done)
 
@@ -93,12 +120,19 @@ class ConceptCard(w.VBox):
             return
         self.result, self.error.value = r, ""
         self.feedback.value = block(str(r))
-        self.points = [w.Checkbox(value=hint, indent=False, layout=w.Layout(width="28px"))
-                       for hint in r.hints]
-        rows = [w.HBox([cb, w.HTML(f"{i}. {html.escape(p.text)}")])   # each box beside its point
-                for i, (cb, p) in enumerate(zip(self.points, self.concept.points), 1)]
-        self.points_box.children = [w.HTML("<b>Tick what your answer covered (the ticks are "
-                                           "pre-set by a keyword hint; you decide):</b>")] + rows
+        self.points = [
+            w.Checkbox(value=hint, indent=False, layout=w.Layout(width="28px")) for hint in r.hints
+        ]
+        rows = [
+            w.HBox([cb, w.HTML(f"{i}. {html.escape(p.text)}")])  # each box beside its point
+            for i, (cb, p) in enumerate(zip(self.points, self.concept.points), 1)
+        ]
+        self.points_box.children = [
+            w.HTML(
+                "<b>Tick what your answer covered (the ticks are "
+                "pre-set by a keyword hint; you decide):</b>"
+            )
+        ] + rows
         self.text.disabled = self.submit_button.disabled = True
         self.score_button.layout.display = ""
         if r.score is not None:
@@ -115,26 +149,43 @@ class ConceptCard(w.VBox):
 
 
 class CritiqueCard(w.VBox):
-    def __init__(self, critique: Critique, grade: Callable[[set[int], list], Any],
-                 done: Any = None):
+    def __init__(
+        self, critique: Critique, grade: Callable[[set[int], list], Any], done: Any = None
+    ):
         self.critique, self._grade = critique, grade
         c = critique
         statements = "\n".join(f"  {i}. {s.text}" for i, s in enumerate(c.statements, 1))
-        self.question = w.HTML(block(f"[{c.id}] {c.title}  ({c.source}, paraphrased)\n"
-                                     f"{c.setting} A candidate answers:\n{statements}"))
-        self.flags = [w.Checkbox(value=False, description=str(i), indent=False,
-                                 layout=w.Layout(width="56px")) for i in range(1, len(c.statements) + 1)]
-        self.numbers = [w.Text(placeholder=f"in {d.unit}", layout=w.Layout(width="200px"))
-                        for d in c.fixes]
-        fixes = [w.VBox([w.HTML(f"{chr(97 + j)}) {html.escape(d.question)}"), box])
-                 for j, (d, box) in enumerate(zip(c.fixes, self.numbers))]
+        self.question = w.HTML(
+            block(
+                f"[{c.id}] {c.title}  ({c.source}, paraphrased)\n"
+                f"{c.setting} A candidate answers:\n{statements}"
+            )
+        )
+        self.flags = [
+            w.Checkbox(value=False, description=str(i), indent=False, layout=w.Layout(width="56px"))
+            for i in range(1, len(c.statements) + 1)
+        ]
+        self.numbers = [
+            w.Text(placeholder=f"in {d.unit}", layout=w.Layout(width="200px")) for d in c.fixes
+        ]
+        fixes = [
+            w.VBox([w.HTML(f"{chr(97 + j)}) {html.escape(d.question)}"), box])
+            for j, (d, box) in enumerate(zip(c.fixes, self.numbers))
+        ]
         self.submit_button = w.Button(description="Submit", button_style="primary")
         self.error, self.feedback = w.HTML(), w.HTML()
         self.submit_button.on_click(self._on_submit)
         ask = w.HBox([w.HTML("<i>Tick the wrong statements:</i>&nbsp;"), *self.flags])
-        super().__init__([self.question, ask,
-                          *([w.HTML("<i>Then correct the numbers:</i>")] + fixes if fixes else []),
-                          self.submit_button, self.error, self.feedback])
+        super().__init__(
+            [
+                self.question,
+                ask,
+                *([w.HTML("<i>Then correct the numbers:</i>")] + fixes if fixes else []),
+                self.submit_button,
+                self.error,
+                self.feedback,
+            ]
+        )
         if done is not None:
             self._show(done)
 
@@ -160,8 +211,14 @@ class DrillWidget(w.VBox):
         self.next_button = w.Button(description="Next drill")
         self.score, self.holder = w.HTML(), w.VBox()
         self.next_button.on_click(lambda _: (self.session.next(), self._render()))
-        super().__init__([title("Quick-math drills (answers appear after you submit)"),
-                          self.holder, self.next_button, self.score])
+        super().__init__(
+            [
+                title("Quick-math drills (answers appear after you submit)"),
+                self.holder,
+                self.next_button,
+                self.score,
+            ]
+        )
         self._render()
 
     def _submit(self, value: Any) -> Any:
@@ -176,8 +233,9 @@ class DrillWidget(w.VBox):
 
     def _update_score(self) -> None:
         s = self.session
-        self.score.value = (f"drill {s.index + 1} of {len(s.drills)}; score {s.correct} of "
-                            f"{s.answered} answered")
+        self.score.value = (
+            f"drill {s.index + 1} of {len(s.drills)}; score {s.correct} of {s.answered} answered"
+        )
 
     def _render(self) -> None:
         s = self.session
@@ -203,8 +261,9 @@ class _Picker(w.VBox):
             raise ValueError("no items to show")
         self.items = {it.id: it for it in items}
         self.results: dict[str, Any] = {}
-        self.picker = w.Dropdown(options=[(label(it), it.id) for it in items],
-                                 layout=w.Layout(width="100%"))
+        self.picker = w.Dropdown(
+            options=[(label(it), it.id) for it in items], layout=w.Layout(width="100%")
+        )
         self.holder = w.VBox()
         self.picker.observe(lambda _: self._render(), names="value")
         super().__init__([title(heading), self.picker, self.holder])
@@ -228,13 +287,21 @@ class ConceptWidget(_Picker):
         items = [c for c in load_bank(kind) if topic in (None, c.topic)]
         if not items:
             raise ValueError(f"no {kind} question has topic {topic!r}")
-        heading = "Concept questions" if kind == "concept" else "Production debugging: walk me through it"
-        super().__init__(f"{heading} (write first, then see the key points)", items,
-                         lambda c: shorten(f"{c.topic}: {c.question}"))
+        heading = (
+            "Concept questions" if kind == "concept" else "Production debugging: walk me through it"
+        )
+        super().__init__(
+            f"{heading} (write first, then see the key points)",
+            items,
+            lambda c: shorten(f"{c.topic}: {c.question}"),
+        )
 
     def make_card(self, item: Concept) -> ConceptCard:
-        return ConceptCard(item, lambda text: self._keep(item.id, item.submit(text)),
-                           done=self.results.get(item.id))
+        return ConceptCard(
+            item,
+            lambda text: self._keep(item.id, item.submit(text)),
+            done=self.results.get(item.id),
+        )
 
     def simulate(self, text: str) -> str:
         self.card.text.value = text
@@ -245,12 +312,18 @@ class ConceptWidget(_Picker):
 
 class CritiqueWidget(_Picker):
     def __init__(self, items: Sequence[Critique] | None = None):
-        super().__init__("Criticise this answer (find the errors, give the right numbers)",
-                         list(items or all_critiques()), lambda c: c.title)
+        super().__init__(
+            "Criticise this answer (find the errors, give the right numbers)",
+            list(items or all_critiques()),
+            lambda c: c.title,
+        )
 
     def make_card(self, item: Critique) -> CritiqueCard:
-        return CritiqueCard(item, lambda wrong, nums: self._keep(item.id, item.grade(wrong, nums)),
-                            done=self.results.get(item.id))
+        return CritiqueCard(
+            item,
+            lambda wrong, nums: self._keep(item.id, item.grade(wrong, nums)),
+            done=self.results.get(item.id),
+        )
 
     def simulate(self) -> str:
         """Flag the first statement and repeat the flawed figure where there is one."""

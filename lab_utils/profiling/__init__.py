@@ -13,12 +13,28 @@
 Open a trace file in Perfetto: https://ui.perfetto.dev, "Open trace file" (or drag the .json
 onto the page); chrome://tracing reads the same files.
 """
+
 from lab_utils.profiling.capture import profiled_steps, trace_folder, trace_path
 from lab_utils.profiling.evidence import FIELDS, Evidence, evidence
 from lab_utils.profiling.load import TraceError, TraceFile, load_trace, load_traces
 from lab_utils.profiling.reading import Reading, figure, gantt_events, read
 from lab_utils.profiling.timeline import RankTimeline, rank_timelines
 
-__all__ = ["FIELDS", "Evidence", "RankTimeline", "Reading", "TraceError", "TraceFile",
-           "evidence", "figure", "gantt_events", "load_trace", "load_traces", "profiled_steps",
-           "rank_timelines", "read", "trace_folder", "trace_path"]
+__all__ = [
+    "FIELDS",
+    "Evidence",
+    "RankTimeline",
+    "Reading",
+    "TraceError",
+    "TraceFile",
+    "evidence",
+    "figure",
+    "gantt_events",
+    "load_trace",
+    "load_traces",
+    "profiled_steps",
+    "rank_timelines",
+    "read",
+    "trace_folder",
+    "trace_path",
+]

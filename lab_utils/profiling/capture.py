@@ -11,6 +11,7 @@ Perfetto, chrome://tracing and HTA open). Warm-up steps run before the profiler 
 under the profiler's own warm-up (not recorded), so the trace holds steady-state steps only:
 ``step`` is called ``warmup + 1 + steps`` times.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,15 @@ def trace_path(folder: str, name: str, rank: int) -> str:
     return os.path.join(folder, f"{name}_rank{rank}.json")
 
 
-def profiled_steps(rank: int, folder: str, name: str, step: Callable[[int], Any], steps: int,
-                   warmup: int = 1, memory: bool = False) -> str:
+def profiled_steps(
+    rank: int,
+    folder: str,
+    name: str,
+    step: Callable[[int], Any],
+    steps: int,
+    warmup: int = 1,
+    memory: bool = False,
+) -> str:
     """Run ``step(i)`` ``warmup`` times unprofiled, then ``steps`` times under the profiler;
     export this rank's Chrome trace and return its path. ``memory``: also record every
     allocation and free (``profile_memory=True``: the memory timeline of section 3)."""
@@ -37,10 +45,14 @@ def profiled_steps(rank: int, folder: str, name: str, step: Callable[[int], Any]
     path = trace_path(folder, name, rank)
     # a schedule makes prof.step() record a ProfilerStep#k span around each step; the trace is
     # written when the last active step ends
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=memory, record_shapes=False,
-                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
-        for i in range(warmup, warmup + 1 + steps):   # + 1: the profiler's own warm-up step
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        profile_memory=memory,
+        record_shapes=False,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
+        for i in range(warmup, warmup + 1 + steps):  # + 1: the profiler's own warm-up step
             step(i)
             prof.step()
     return path

@@ -13,6 +13,7 @@ reading says (``reading.read``), who is slow, and how often tell-tale events occ
                           waits at each one for the device queue to drain)
     compiles_per_step     Dynamo compilations per step (``entire_frame_compile`` events)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,9 +22,18 @@ from lab_utils.profiling.load import TraceFile
 from lab_utils.profiling.reading import read
 from lab_utils.profiling.timeline import rank_timelines, union
 
-FIELDS = ("overlap_fraction", "exposed_ms", "all_reduces_per_step", "gap_ms", "gap_cause",
-          "slowest_rank", "compute_spread", "loader_ms_per_step", "item_calls_per_step",
-          "compiles_per_step")
+FIELDS = (
+    "overlap_fraction",
+    "exposed_ms",
+    "all_reduces_per_step",
+    "gap_ms",
+    "gap_cause",
+    "slowest_rank",
+    "compute_spread",
+    "loader_ms_per_step",
+    "item_calls_per_step",
+    "compiles_per_step",
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +53,15 @@ class Evidence:
 
     def rows(self) -> list[tuple[str, str]]:
         """(field, value) for a table."""
-        return [(k, f"{getattr(self, k):.3g}" if isinstance(getattr(self, k), float)
-                 else str(getattr(self, k))) for k in ("step_ms",) + FIELDS]
+        return [
+            (
+                k,
+                f"{getattr(self, k):.3g}"
+                if isinstance(getattr(self, k), float)
+                else str(getattr(self, k)),
+            )
+            for k in ("step_ms",) + FIELDS
+        ]
 
 
 def _count(f: TraceFile, prefix: str) -> int:
@@ -66,10 +83,12 @@ def evidence(files: list[TraceFile]) -> Evidence:
         overlap_fraction=sum(r.overlap_fraction for r in readings) / n,
         exposed_ms=1e3 * sum(r.exposed_s for r in readings) / n / steps,
         all_reduces_per_step=_count(first, "gloo:all_reduce") / steps,
-        gap_ms=1e3 * (worst.gap[1] - worst.gap[0]), gap_rank=worst.rank,
+        gap_ms=1e3 * (worst.gap[1] - worst.gap[0]),
+        gap_rank=worst.rank,
         gap_cause=worst.gap_cause,
         slowest_rank=max(compute, key=compute.get),
         compute_spread=max(compute.values()) / max(1e-12, min(compute.values())),
         loader_ms_per_step=1e3 * sum(b - a for a, b in loader) / steps,
         item_calls_per_step=_count(first, "aten::item") / steps,
-        compiles_per_step=_count(first, "entire_frame_compile") / steps)
+        compiles_per_step=_count(first, "entire_frame_compile") / steps,
+    )

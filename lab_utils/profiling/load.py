@@ -15,6 +15,7 @@ a Chrome trace (no ``traceEvents``), a profiler trace without ``schemaVersion`` 
 version's format, or another tool), and an empty profile (no operator ran between start and
 stop: the profiler started after the step).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,11 +30,11 @@ class TraceError(ValueError):
 @dataclass
 class TraceFile:
     path: str
-    producer: str                      # "torch.profiler" or "twin" (emulated)
-    rank: int | None                   # None: a twin file holds every rank
-    events: list[dict]                 # complete events (ph "X"): name, ts, dur (us), pid, tid
-    threads: dict[tuple, str] = field(default_factory=dict)   # (pid, tid) -> thread name
-    info: dict = field(default_factory=dict)                  # the producer's header fields
+    producer: str  # "torch.profiler" or "twin" (emulated)
+    rank: int | None  # None: a twin file holds every rank
+    events: list[dict]  # complete events (ph "X"): name, ts, dur (us), pid, tid
+    threads: dict[tuple, str] = field(default_factory=dict)  # (pid, tid) -> thread name
+    info: dict = field(default_factory=dict)  # the producer's header fields
     memory: list[tuple[float, int]] = field(default_factory=list)
     # (ts us, "Total Allocated" bytes) of each "[memory]" event (profile_memory=True): bytes
     # allocated since the profiler started, net of the frees it saw
@@ -41,8 +42,10 @@ class TraceFile:
 
 def _read_json(path: str) -> dict:
     if not os.path.exists(path):
-        raise TraceError(f"{path}: no such trace file (was the run's trace folder already "
-                         "removed, or did the rank fail before exporting?)")
+        raise TraceError(
+            f"{path}: no such trace file (was the run's trace folder already "
+            "removed, or did the rank fail before exporting?)"
+        )
     with open(path) as f:
         text = f.read()
     if not text.strip():
@@ -50,11 +53,14 @@ def _read_json(path: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}: truncated or corrupt JSON ({exc.msg} at character "
-                         f"{exc.pos} of {len(text)}): the export did not finish") from None
+        raise TraceError(
+            f"{path}: truncated or corrupt JSON ({exc.msg} at character "
+            f"{exc.pos} of {len(text)}): the export did not finish"
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise TraceError(f"{path}: not a Chrome trace: the top-level object has no "
-                         "'traceEvents' list")
+        raise TraceError(
+            f"{path}: not a Chrome trace: the top-level object has no 'traceEvents' list"
+        )
     return data
 
 
@@ -62,8 +68,10 @@ def _producer(path: str, data: dict) -> str:
     if data.get("otherData", {}).get("clock") == "emulated":
         return "twin"
     if "schemaVersion" not in data:
-        raise TraceError(f"{path}: a Chrome trace, but not one torch.profiler 2.x wrote: it "
-                         "lacks 'schemaVersion' (another torch version, or another tool)")
+        raise TraceError(
+            f"{path}: a Chrome trace, but not one torch.profiler 2.x wrote: it "
+            "lacks 'schemaVersion' (another torch version, or another tool)"
+        )
     return "torch.profiler"
 
 
@@ -77,16 +85,18 @@ def load_trace(path: str) -> TraceFile:
             memory.append((float(e["ts"]), int(e["args"]["Total Allocated"])))
         elif e.get("ph") == "M" and e.get("name") == "thread_name":
             threads[(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
-        elif e.get("ph") == "X" and e.get("cat") != "Trace":   # "Trace": the profiler's frame
+        elif e.get("ph") == "X" and e.get("cat") != "Trace":  # "Trace": the profiler's frame
             bad = [k for k in ("name", "ts", "dur", "tid") if k not in e]
             if bad:
                 raise TraceError(f"{path}: event {str(e)[:80]} lacks {bad}")
             complete.append(e)
     if not complete:
-        raise TraceError(f"{path}: an empty profile: no operator ran while the profiler was "
-                         "recording (was it started after the step, or stopped before it?)")
+        raise TraceError(
+            f"{path}: an empty profile: no operator ran while the profiler was "
+            "recording (was it started after the step, or stopped before it?)"
+        )
     rank = None
-    if producer == "torch.profiler":   # a profile outside torch.distributed: one process, rank 0
+    if producer == "torch.profiler":  # a profile outside torch.distributed: one process, rank 0
         rank = data.get("distributedInfo", {}).get("rank", 0)
     info = {k: v for k, v in data.items() if k != "traceEvents"}
     return TraceFile(path, producer, rank, complete, threads, info, memory)
@@ -98,8 +108,10 @@ def load_traces(paths: list[str]) -> list[TraceFile]:
     seen: dict[int, str] = {}
     for f in files:
         if f.rank is not None and f.rank in seen:
-            raise TraceError(f"{f.path} and {seen[f.rank]} both claim rank {f.rank}: files "
-                             "from two different runs?")
+            raise TraceError(
+                f"{f.path} and {seen[f.rank]} both claim rank {f.rank}: files "
+                "from two different runs?"
+            )
         if f.rank is not None:
             seen[f.rank] = f.path
     return files

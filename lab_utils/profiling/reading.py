@@ -10,6 +10,7 @@ The longest idle gap is explained by what covers it: a collective (then: which r
 last at that collective, the one the others waited for), an annotation such as the data
 loader's ``enumerate(DataLoader)``, or nothing (host time: Python, a sleep, a host sync).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from lab_utils.profiling.timeline import RankTimeline, gaps, intersection, union
 class Reading:
     rank: int
     clock: str
-    step_s: float            # window / number of steps (mean step time)
+    step_s: float  # window / number of steps (mean step time)
     compute_s: float
     comm_s: float
     overlapped_s: float
@@ -56,22 +57,29 @@ def _covered(spans: list, a: float, b: float) -> float:
 def _cause(t: RankTimeline, gap: tuple[float, float], everyone: list[RankTimeline]) -> str:
     a, b = gap
     comm = [c for c in t.comm if not c[2].startswith("c10d::")]
-    if comm and _covered(comm, a, b) > 0.5 * (b - a):     # collectives fill most of the gap
+    if comm and _covered(comm, a, b) > 0.5 * (b - a):  # collectives fill most of the gap
         best = max(comm, key=lambda c: min(b, c[1]) - max(a, c[0]))
         k = comm.index(best)
-        if best[2] in ("gloo:send", "gloo:recv"):    # point-to-point: no k-th match across ranks
-            return (f"waiting in {best[2]} #{k}: a pipeline neighbour was not ready (the "
-                    "bubble, or a slower stage)")
+        if best[2] in ("gloo:send", "gloo:recv"):  # point-to-point: no k-th match across ranks
+            return (
+                f"waiting in {best[2]} #{k}: a pipeline neighbour was not ready (the "
+                "bubble, or a slower stage)"
+            )
         arrivals = {o.rank: _arrival(o, k) for o in everyone}
         arrivals = {r: x for r, x in arrivals.items() if x is not None}
         last = max(arrivals, key=arrivals.get)
         if last != t.rank and arrivals[last] - arrivals[t.rank] > 0.3 * (b - a):
             late = (arrivals[last] - min(arrivals.values())) * 1e3
-            return (f"waiting in {best[2]} #{k} for rank {last}, which reached it "
-                    f"{late:.1f} ms after the first rank")
+            return (
+                f"waiting in {best[2]} #{k} for rank {last}, which reached it "
+                f"{late:.1f} ms after the first rank"
+            )
         return f"{best[2]} #{k} itself: the transfer, exposed (no compute to hide it behind)"
-    cover = [o for o in t.other if min(b, o[1]) - max(a, o[0]) > 0.5 * (b - a)
-             and not o[2].startswith("ProfilerStep")]
+    cover = [
+        o
+        for o in t.other
+        if min(b, o[1]) - max(a, o[0]) > 0.5 * (b - a) and not o[2].startswith("ProfilerStep")
+    ]
     if cover:
         return f"inside {min(cover, key=lambda o: o[1] - o[0])[2]} (no operator ran)"
     return "no operator and no collective: host time (Python, a sleep, a host-side wait)"
@@ -88,9 +96,20 @@ def read(timelines: list[RankTimeline]) -> list[Reading]:
         compute_s = sum(e - s for s, e in comp)
         idle = gaps(comp, lo, hi)
         gap = max(idle, key=lambda g: g[1] - g[0], default=(lo, lo))
-        out.append(Reading(t.rank, t.clock, (hi - lo) / max(1, len(t.steps)), compute_s,
-                           comm_s, both, comm_s - both, (hi - lo) - compute_s, gap,
-                           _cause(t, gap, timelines) if gap[1] > gap[0] else "no idle gap"))
+        out.append(
+            Reading(
+                t.rank,
+                t.clock,
+                (hi - lo) / max(1, len(t.steps)),
+                compute_s,
+                comm_s,
+                both,
+                comm_s - both,
+                (hi - lo) - compute_s,
+                gap,
+                _cause(t, gap, timelines) if gap[1] > gap[0] else "no idle gap",
+            )
+        )
     return out
 
 
@@ -109,12 +128,17 @@ def gantt_events(timelines: list[RankTimeline], min_gap_frac: float = 0.01) -> l
                 merged[-1][1] = e
             else:
                 merged.append([s, e])
-        out += [dict(rank=t.rank, name="compute", start=s, end=e, lane="compute")
-                for s, e in merged]
-        out += [dict(rank=t.rank, name="idle", start=s, end=e, lane="compute")
-                for s, e in gaps([(a, b) for a, b in merged], lo, hi)]
-        out += [dict(rank=t.rank, name="comm", start=s, end=e, lane="comm")
-                for s, e in union(t.comm, lo, hi)]
+        out += [
+            dict(rank=t.rank, name="compute", start=s, end=e, lane="compute") for s, e in merged
+        ]
+        out += [
+            dict(rank=t.rank, name="idle", start=s, end=e, lane="compute")
+            for s, e in gaps([(a, b) for a, b in merged], lo, hi)
+        ]
+        out += [
+            dict(rank=t.rank, name="comm", start=s, end=e, lane="comm")
+            for s, e in union(t.comm, lo, hi)
+        ]
     return out
 
 

@@ -14,22 +14,23 @@ collective, for a slower rank, for data, or the Python between operators.
 Times are seconds from the earliest event of all ranks (ranks on one machine share its clock;
 the emulator's ranks share the emulated clock).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from lab_utils.profiling.load import TraceFile
 
-Interval = tuple[float, float, str]    # (start s, end s, name)
+Interval = tuple[float, float, str]  # (start s, end s, name)
 
 
 @dataclass
 class RankTimeline:
     rank: int
-    clock: str                          # "wall (this machine)" or "emulated"
+    clock: str  # "wall (this machine)" or "emulated"
     compute: list[Interval]
     comm: list[Interval]
-    other: list[Interval] = field(default_factory=list)   # annotations: data loading, ...
+    other: list[Interval] = field(default_factory=list)  # annotations: data loading, ...
     steps: list[tuple[float, float]] = field(default_factory=list)
     source: str = ""
 
@@ -59,7 +60,7 @@ def _from_profiler(f: TraceFile, t0: float) -> RankTimeline:
     compute, comm, other, steps = [], [], [], []
     for e in f.events:
         name, on_main = e["name"], e["tid"] == main
-        if name.startswith("PythonDispatchMode"):   # a dispatch mode's frame, not an operator
+        if name.startswith("PythonDispatchMode"):  # a dispatch mode's frame, not an operator
             continue
         if name.startswith("gloo:") or (on_main and name.startswith("c10d::")):
             comm.append(_span(e, t0))
@@ -69,8 +70,15 @@ def _from_profiler(f: TraceFile, t0: float) -> RankTimeline:
             compute.append(_span(e, t0))
         elif on_main and e.get("cat") == "user_annotation":
             other.append(_span(e, t0))
-    return RankTimeline(f.rank, "wall (this machine)", sorted(compute), sorted(comm),
-                        sorted(other), sorted(steps), f.path)
+    return RankTimeline(
+        f.rank,
+        "wall (this machine)",
+        sorted(compute),
+        sorted(comm),
+        sorted(other),
+        sorted(steps),
+        f.path,
+    )
 
 
 def _from_twin(f: TraceFile, t0: float) -> list[RankTimeline]:
@@ -80,8 +88,7 @@ def _from_twin(f: TraceFile, t0: float) -> list[RankTimeline]:
         lane = {e["tid"]: f.threads.get((pid, e["tid"]), "") for e in mine}
         compute = [_span(e, t0) for e in mine if lane[e["tid"]] == "compute"]
         comm = [_span(e, t0) for e in mine if lane[e["tid"]] in ("comm", "p2p")]
-        out.append(RankTimeline(int(pid), "emulated", sorted(compute), sorted(comm),
-                                source=f.path))
+        out.append(RankTimeline(int(pid), "emulated", sorted(compute), sorted(comm), source=f.path))
     return out
 
 
@@ -94,8 +101,9 @@ def rank_timelines(files: list[TraceFile]) -> list[RankTimeline]:
     return sorted(out, key=lambda t: t.rank)
 
 
-def union(spans: list[Interval], lo: float = float("-inf"),
-          hi: float = float("inf")) -> list[tuple[float, float]]:
+def union(
+    spans: list[Interval], lo: float = float("-inf"), hi: float = float("inf")
+) -> list[tuple[float, float]]:
     """The spans merged into disjoint intervals, clipped to [lo, hi]."""
     out: list[list[float]] = []
     for s, e, _ in sorted(spans):

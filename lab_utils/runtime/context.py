@@ -9,6 +9,7 @@ It works the same under the course launcher (``lab_utils.run``) and under a plai
 ``torchrun`` on a cluster: everything it needs comes from torchrun's environment
 variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,9 +63,11 @@ def resolve_backend(backend: str, local_world_size: int) -> str:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl":
         if gpus < local_world_size:
-            raise ValueError(f"backend 'nccl' needs one GPU per rank on a node: {local_world_size} ranks, "
-                             f"{gpus} GPU(s) here (NCCL refuses two ranks on one GPU). "
-                             "Use backend='auto' (gloo on CPU when GPUs are short) or fewer ranks.")
+            raise ValueError(
+                f"backend 'nccl' needs one GPU per rank on a node: {local_world_size} ranks, "
+                f"{gpus} GPU(s) here (NCCL refuses two ranks on one GPU). "
+                "Use backend='auto' (gloo on CPU when GPUs are short) or fewer ranks."
+            )
         return backend
     return "nccl" if gpus >= local_world_size and dist.is_nccl_available() else "gloo"
 

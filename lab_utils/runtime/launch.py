@@ -26,6 +26,7 @@ Failure handling, the same pooled or not (one protocol: ``engine/jobs.py``):
   * Ctrl-C / "interrupt kernel" -> every rank is killed (they share one process group); and
     when the launching process dies, however it dies, every rank dies too (``engine/lifeline.py``).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,10 @@ def oversubscription_note(world_size: int, backend: str) -> str | None:
     """The honest-timing warning: more CPU ranks than cores means ranks take turns."""
     cores = cpu_cores()
     if backend == "gloo" and world_size > cores:
-        return (f"note: {world_size} ranks share {cores} CPU cores, so ranks take turns on the "
-                "cores: wall-clock timings measure this machine, not the parallel schedule.")
+        return (
+            f"note: {world_size} ranks share {cores} CPU cores, so ranks take turns on the "
+            "cores: wall-clock timings measure this machine, not the parallel schedule."
+        )
     return None
 
 
@@ -53,8 +56,10 @@ def validate(fn: Callable, world_size: Any, timeout_s: float, preload: tuple[str
     import importlib.util
 
     if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"world_size must be an int (number of ranks), got {world_size!r} "
-                        f"of type {type(world_size).__name__}")
+        raise TypeError(
+            f"world_size must be an int (number of ranks), got {world_size!r} "
+            f"of type {type(world_size).__name__}"
+        )
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     if not callable(fn):
@@ -67,8 +72,10 @@ def validate(fn: Callable, world_size: Any, timeout_s: float, preload: tuple[str
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise ValueError(f"preload: no module named {name!r} (give importable module names, "
-                             "e.g. 'torch.distributed.pipelining')")
+            raise ValueError(
+                f"preload: no module named {name!r} (give importable module names, "
+                "e.g. 'torch.distributed.pipelining')"
+            )
 
 
 def pickle_payload(obj: Any, what: str) -> bytes:
@@ -94,9 +101,19 @@ def pool_enabled() -> bool:
     return os.environ.get("LAB_UTILS_POOL", "1") != "0"
 
 
-def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeout_s: float = 120.0,
-        pg_timeout_s: float | None = None, quiet: bool = False, threads: int | None = None,
-        preload: tuple[str, ...] = (), cold: bool = False, **kwargs: Any) -> RunResults:
+def run(
+    fn: Callable,
+    world_size: int,
+    *args: Any,
+    backend: str = "auto",
+    timeout_s: float = 120.0,
+    pg_timeout_s: float | None = None,
+    quiet: bool = False,
+    threads: int | None = None,
+    preload: tuple[str, ...] = (),
+    cold: bool = False,
+    **kwargs: Any,
+) -> RunResults:
     """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` ranks; return each rank's result.
 
     backend:       "auto" (NCCL with one GPU per rank if there are enough GPUs, else gloo
@@ -116,8 +133,11 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     preload = tuple(preload)
     validate(fn, world_size, timeout_s, preload)
     backend = resolve_backend(backend, world_size)
-    options = {"backend": backend, "threads": threads or max(1, cpu_cores() // world_size),
-               "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else 0.75 * timeout_s}
+    options = {
+        "backend": backend,
+        "threads": threads or max(1, cpu_cores() // world_size),
+        "pg_timeout_s": pg_timeout_s if pg_timeout_s is not None else 0.75 * timeout_s,
+    }
     payload = pickle_payload((fn, args, kwargs, options), getattr(fn, "__name__", fn))
     note = oversubscription_note(world_size, backend)
     if note and not quiet:
@@ -130,14 +150,17 @@ def run(fn: Callable, world_size: int, *args: Any, backend: str = "auto", timeou
     results.backend = backend
     results.oversubscribed = note is not None
     if not results.clean_exit and not quiet:
-        print(f"[lab_utils] warning: {world_size - results.cleaned} rank(s) did not finish "
-              f"cleaning up within {TEARDOWN_GRACE_S:g} s and were stopped (results are complete)",
-              flush=True)
+        print(
+            f"[lab_utils] warning: {world_size - results.cleaned} rank(s) did not finish "
+            f"cleaning up within {TEARDOWN_GRACE_S:g} s and were stopped (results are complete)",
+            flush=True,
+        )
     return results
 
 
-def ranks(world_size: int, backend: str = "auto", preload: tuple[str, ...] = (),
-          wait: bool = True) -> pool.RankPool:
+def ranks(
+    world_size: int, backend: str = "auto", preload: tuple[str, ...] = (), wait: bool = True
+) -> pool.RankPool:
     """Start (or get) the warm pool of ``world_size`` ranks; ``.shutdown()`` ends it.
     wait=False returns at once: the ranks come up in the background while the notebook goes
     on, and the first run() on them waits for whatever is left of the start."""

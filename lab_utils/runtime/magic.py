@@ -15,6 +15,7 @@ distributed session. Output streams back live, prefixed ``[rank k]``. Errors are
 timeout with every stuck rank's line; either way the pool is torn down, so the next cell starts
 fresh ranks (and says that the session's variables are gone).
 """
+
 from __future__ import annotations
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -31,8 +32,13 @@ class RankMagics(Magics):
     _session: int | None = None  # id of the pool whose namespaces hold this notebook's variables
 
     @magic_arguments()
-    @argument("-n", "--nproc", type=int, default=None,
-              help="number of ranks (default: the running pool's, else 4)")
+    @argument(
+        "-n",
+        "--nproc",
+        type=int,
+        default=None,
+        help="number of ranks (default: the running pool's, else 4)",
+    )
     @argument("--backend", default="auto", help="auto, gloo or nccl")
     @argument("--timeout", type=float, default=120.0, help="seconds before stuck ranks are stopped")
     @cell_magic
@@ -45,8 +51,10 @@ class RankMagics(Magics):
             raise ValueError(f"-n must be at least 1, got {n}")
         pool = ranks(n, args.backend)
         if self._session is not None and id(pool) != self._session:
-            print(f"[lab_utils] started {n} fresh ranks: variables of earlier %%ranks cells are gone",
-                  flush=True)
+            print(
+                f"[lab_utils] started {n} fresh ranks: variables of earlier %%ranks cells are gone",
+                flush=True,
+            )
         self._session = id(pool)
         pool.execute(cell, timeout_s=args.timeout)
 
@@ -55,7 +63,9 @@ class RankMagics(Magics):
         """``%ranks_pull x``: every rank's ``x``, as a list indexed by rank, stored as ``x``."""
         name = line.strip()
         if not name.isidentifier():
-            raise ValueError(f"usage: %ranks_pull NAME (a variable of the %%ranks cells), got {line!r}")
+            raise ValueError(
+                f"usage: %ranks_pull NAME (a variable of the %%ranks cells), got {line!r}"
+            )
         pool = pools.current()
         if pool is None or id(pool) != self._session:
             raise RuntimeError("no %%ranks session is running: run a %%ranks cell first")

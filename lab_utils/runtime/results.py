@@ -1,5 +1,6 @@
 """What a run gives back: each rank's return value, or one exception that names the cause (lab 00).
 The engine's forensics (``engine/forensics.py``) write the exceptions' messages."""
+
 from __future__ import annotations
 
 
@@ -19,8 +20,9 @@ class RunResults(list):
 class RankFailure(RuntimeError):
     """One or more ranks raised. ``tracebacks`` maps rank -> the original traceback."""
 
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str],
-                 dead: list[int] = ()):
+    def __init__(
+        self, message: str, tracebacks: dict[int, str], log: list[str], dead: list[int] = ()
+    ):
         super().__init__(message)
         self.tracebacks = tracebacks
         self.log = log
@@ -35,8 +37,8 @@ class RankFailure(RuntimeError):
 class RankTimeout(RankFailure):
     """Some ranks did not finish in time (typically stuck in a collective)."""
 
-    def __init__(self, message: str, tracebacks: dict[int, str], log: list[str],
-                 unfinished: list[int]):
+    def __init__(
+        self, message: str, tracebacks: dict[int, str], log: list[str], unfinished: list[int]
+    ):
         super().__init__(message, tracebacks, log)
         self.unfinished = unfinished
-

@@ -15,6 +15,7 @@ Two ways in:
 Each rank's stdout/stderr lines get a ``[rank k]`` prefix so the launcher (and a
 human reading a cluster log) can tell the ranks apart.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,12 @@ if _root and _root not in sys.path:
     sys.path.insert(0, _root)
 
 from lab_utils.runtime.context import distributed  # noqa: E402
-from lab_utils.runtime.engine.rank import (Marks, exit_now, install_prefix_streams,  # noqa: E402
-                                           rank_setup)
+from lab_utils.runtime.engine.rank import (  # noqa: E402
+    Marks,
+    exit_now,
+    install_prefix_streams,
+    rank_setup,
+)
 
 
 def _pool_main(run_dir: str, socket_path: str) -> int:

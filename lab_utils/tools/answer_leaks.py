@@ -16,6 +16,7 @@ count) and with at least three significant digits as printed (a two-digit number
 to tell); it matches at the precision it is printed with (0.625 matches 0.6254), and "62.5%"
 matches 0.625.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,20 +74,36 @@ def _texts(cell: Any) -> list[str]:
     """What a learner reads from a cell, reveals excluded (they hide until the commit)."""
     if cell.cell_type == "markdown":
         return [cell.source]
-    return [outputs_text(o) for o in cell.get("outputs", [])
-            if not o.get("metadata", {}).get(REVEAL_META)]
+    return [
+        outputs_text(o)
+        for o in cell.get("outputs", [])
+        if not o.get("metadata", {}).get(REVEAL_META)
+    ]
 
 
 def answer_shown(nb: Any) -> list[str]:
     """One message per prediction whose held-back number an output near it states."""
     found = []
     for reveal_at, key, values in _reveals(nb):
-        asked = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                      and re.search(rf"predict\(\s*['\"]{re.escape(key)}['\"]", c.source)), None)
+        asked = next(
+            (
+                i
+                for i, c in enumerate(nb.cells)
+                if c.cell_type == "code"
+                and re.search(rf"predict\(\s*['\"]{re.escape(key)}['\"]", c.source)
+            ),
+            None,
+        )
         if asked is None or not values:
             continue
-        start = max((i for i, c in enumerate(nb.cells[:asked]) if c.cell_type == "markdown"
-                     and re.match(r"#{1,3} ", c.source.lstrip())), default=0)
+        start = max(
+            (
+                i
+                for i, c in enumerate(nb.cells[:asked])
+                if c.cell_type == "markdown" and re.match(r"#{1,3} ", c.source.lstrip())
+            ),
+            default=0,
+        )
         for i in range(start, min(reveal_at + 2, len(nb.cells))):
             if i > asked and nb.cells[i].cell_type == "markdown":
                 continue  # prose after the ask is read after the commit, in order
@@ -94,7 +111,9 @@ def answer_shown(nb: Any) -> list[str]:
                 for v in values:
                     if said := states(text, v):
                         when = "before it is asked" if i < asked else "before the commit"
-                        found.append(f"cell {i}: prints {said}, the answer prediction {key!r} "
-                                     f"(cell {asked}) holds back: shown {when} (hold it back "
-                                     "with reveal(..., show=...), or ask first)")
+                        found.append(
+                            f"cell {i}: prints {said}, the answer prediction {key!r} "
+                            f"(cell {asked}) holds back: shown {when} (hold it back "
+                            "with reveal(..., show=...), or ask first)"
+                        )
     return found

@@ -9,6 +9,7 @@ ignores spaces, backticks and the multiplication signs (``*``, ``·``, ``×``), 
 `` `(p-1)(t_f + t_b)/v` `` and the reveal's ``idle (p-1)(t_f + t_b)/v`` match. The fix is to ask
 first and derive after the commit (the reveal, or a cell after it, states the formula).
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,7 +28,9 @@ def formulas(text: str) -> list[str]:
     """The formula-like fragments of ``text``, normalised (see the module's docstring)."""
     found = []
     for run in _FRAGMENT.findall(text):
-        start = run.find("(")  # drop the words before the first group: "idle (p-1)..." -> "(p-1)..."
+        start = run.find(
+            "("
+        )  # drop the words before the first group: "idle (p-1)..." -> "(p-1)..."
         if start < 0:
             continue
         head = run[:start].split(" ")[-1]  # keep a symbol glued to the group, e.g. "sbh(10 + ...)"
@@ -56,13 +59,20 @@ def _why_texts(cells: list, var: str) -> list[str]:
             continue
         for call in _calls(cell.source):
             f = call.func
-            if isinstance(f, ast.Attribute) and f.attr == "reveal" and \
-                    isinstance(f.value, ast.Name) and f.value.id == var and \
-                    not any(kw.arg == "answer" for kw in call.keywords):
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr == "reveal"
+                and isinstance(f.value, ast.Name)
+                and f.value.id == var
+                and not any(kw.arg == "answer" for kw in call.keywords)
+            ):
                 for kw in call.keywords:
                     if kw.arg == "why":
-                        texts += [n.value for n in ast.walk(kw.value)
-                                  if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                        texts += [
+                            n.value
+                            for n in ast.walk(kw.value)
+                            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                        ]
     return texts
 
 
@@ -74,10 +84,15 @@ def _predictions(source: str) -> list[tuple[str, str]]:
     except SyntaxError:
         return out
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                getattr(node.value.func, "id", None) == "predict" and node.value.args and \
-                isinstance(node.value.args[0], ast.Constant) and len(node.targets) == 1 and \
-                isinstance(node.targets[0], ast.Name):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and getattr(node.value.func, "id", None) == "predict"
+            and node.value.args
+            and isinstance(node.value.args[0], ast.Constant)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             out.append((node.targets[0].id, node.value.args[0].value))
     return out
 
@@ -95,7 +110,9 @@ def given_away(nb) -> list[str]:
         for var, key in _predictions(cell.source):
             for frag in {f for why in _why_texts(nb.cells[i:], var) for f in formulas(why)}:
                 if frag in before:
-                    found.append(f"prediction {key!r} (cell {i}) is answered before it is asked: "
-                                 f"its reveal's formula {frag} already appears in cells "
-                                 f"{section_start}-{i - 1}; ask first, derive after the commit")
+                    found.append(
+                        f"prediction {key!r} (cell {i}) is answered before it is asked: "
+                        f"its reveal's formula {frag} already appears in cells "
+                        f"{section_start}-{i - 1}; ask first, derive after the commit"
+                    )
     return found

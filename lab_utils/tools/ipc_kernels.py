@@ -8,6 +8,7 @@ port in between, and the kernel dies at start ("Address already in use"; seen on
 no port to lose. Used by ``nbtools.execute`` (papermill) and, as a pytest plugin
 (``-p lab_utils.tools.ipc_kernels``), by the nbval runs (tests/nbval_quick.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ def _ipc_path() -> str:
 
 class _IPCTransport(HasTraits):
     """The two traits both managers change (a HasTraits mixin, so traitlets registers them)."""
+
     transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
     ip = Unicode(config=True)
 

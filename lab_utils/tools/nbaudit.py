@@ -17,6 +17,7 @@ executed in full mode) and names, cell by cell:
 * an answer shown before its commit (``answer_shown``): under Run All nobody has committed, yet
   an output near a prediction prints the value its reveal holds back.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,10 @@ TRACE = re.compile(r"Traceback \(most recent call last\)|File \"/")
 PLOTLY = "application/vnd.plotly.v1+json"
 # two unescaped "$" on one paragraph, not inside `code`
 MATH = re.compile(r"(?<![\\$])\$(?!\$)([^$\n]+?)(?<!\\)\$")
-PROSE = re.compile(r"(?<![\\{A-Za-z])[A-Za-z]{2,}[ ,.]+[A-Za-z]{2,}\b"  # two words of prose
-                   r"|^\d[\d.,]*\s*(?:/\s*[A-Za-z]{2,}|[A-Za-z]{2,})")  # a price: $3 per, $2.5/GPU
+PROSE = re.compile(
+    r"(?<![\\{A-Za-z])[A-Za-z]{2,}[ ,.]+[A-Za-z]{2,}\b"  # two words of prose
+    r"|^\d[\d.,]*\s*(?:/\s*[A-Za-z]{2,}|[A-Za-z]{2,})"
+)  # a price: $3 per, $2.5/GPU
 
 
 def grader_tracebacks(cell: Any) -> list[str]:
@@ -47,8 +50,10 @@ def grader_tracebacks(cell: Any) -> list[str]:
         starts = [m.start() for m in VERDICT.finditer(text)]
         for a, b in zip(starts, starts[1:] + [len(text)]):
             if TRACE.search(text[a:b]):
-                found.append(f"a traceback or file path inside a grader's message: "
-                             f"{text[a:b].splitlines()[0][:80]!r}")
+                found.append(
+                    f"a traceback or file path inside a grader's message: "
+                    f"{text[a:b].splitlines()[0][:80]!r}"
+                )
     return found
 
 
@@ -67,13 +72,20 @@ def duplicated(cell: Any) -> list[str]:
 
 
 def stale_boxes(cell: Any) -> list[str]:
-    return [f"a stale {NOT_COMMITTED!r} prediction box" for out in cell.get("outputs", [])
-            if NOT_COMMITTED in join_text(out.get("data", {}).get("text/html", ""))]
+    return [
+        f"a stale {NOT_COMMITTED!r} prediction box"
+        for out in cell.get("outputs", [])
+        if NOT_COMMITTED in join_text(out.get("data", {}).get("text/html", ""))
+    ]
 
 
 def far_axes(cell: Any) -> list[str]:
-    return [f"a figure's axis runs far beyond its data: {p}" for out in cell.get("outputs", [])
-            if PLOTLY in out.get("data", {}) for p in axis_problems(out["data"][PLOTLY])]
+    return [
+        f"a figure's axis runs far beyond its data: {p}"
+        for out in cell.get("outputs", [])
+        if PLOTLY in out.get("data", {})
+        for p in axis_problems(out["data"][PLOTLY])
+    ]
 
 
 def prose_in_math(text: str) -> list[str]:
@@ -84,10 +96,16 @@ def prose_in_math(text: str) -> list[str]:
 
 
 def eaten_by_latex(cell: Any) -> list[str]:
-    texts = [cell.source] if cell.cell_type == "markdown" else [
-        outputs_text(o) for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
-    return [f"LaTeX would typeset the text {s!r} (two '$' signs: write USD, or \\$)"
-            for t in texts for s in prose_in_math(t)]
+    texts = (
+        [cell.source]
+        if cell.cell_type == "markdown"
+        else [outputs_text(o) for o in cell.get("outputs", []) if "text/html" in o.get("data", {})]
+    )
+    return [
+        f"LaTeX would typeset the text {s!r} (two '$' signs: write USD, or \\$)"
+        for t in texts
+        for s in prose_in_math(t)
+    ]
 
 
 CELL_CHECKS = (grader_tracebacks, duplicated, stale_boxes, far_axes, eaten_by_latex)
@@ -96,10 +114,22 @@ CELL_CHECKS = (grader_tracebacks, duplicated, stale_boxes, far_axes, eaten_by_la
 def audit(nb: Any) -> list[str]:
     """Every finding of the checks above, as 'cell N: ...' (N as in the lab's own file: the cell
     papermill injects with the parameters is left out)."""
-    nb = nbformat.from_dict(dict(nb, cells=[c for c in nb.cells if "injected-parameters"
-                                            not in c.get("metadata", {}).get("tags", [])]))
-    found = [f"cell {i}: {problem}" for i, cell in enumerate(nb.cells)
-             for check in CELL_CHECKS for problem in check(cell)]
+    nb = nbformat.from_dict(
+        dict(
+            nb,
+            cells=[
+                c
+                for c in nb.cells
+                if "injected-parameters" not in c.get("metadata", {}).get("tags", [])
+            ],
+        )
+    )
+    found = [
+        f"cell {i}: {problem}"
+        for i, cell in enumerate(nb.cells)
+        for check in CELL_CHECKS
+        for problem in check(cell)
+    ]
     return found + answer_shown(nb)
 
 

@@ -1,11 +1,13 @@
 """Notebook housekeeping: strip outputs for git, check structure (CONTRIBUTING.md).
 
     python -m lab_utils.tools.nbtools strip labs/*.ipynb     # remove outputs (keeps checked cells)
-    python -m lab_utils.tools.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if not
+    python -m lab_utils.tools.nbtools check labs/*.ipynb     # stripped? parameters cell? exit 1 if
+    not
     python -m lab_utils.tools.nbtools lab-settings           # JupyterLab defaults (`make lab`)
 
 A cell whose source contains ``# NBVAL_CHECK_OUTPUT`` keeps its output: nbval compares it.
 """
+
 from __future__ import annotations
 
 import html
@@ -21,8 +23,11 @@ CHECKED_MARK = "# NBVAL_CHECK_OUTPUT"
 REQUIRED_PARAMETERS = ("QUICK", "WORLD_SIZE")
 # The kernel `make lab` installs (the Makefile's `ipykernel install --name ... --display-name ...`);
 # a notebook naming another one is rewritten by JupyterLab the moment it opens (shown as modified).
-KERNELSPEC = {"display_name": "Distributed labs (.venv)", "language": "python",
-              "name": "distributed-labs"}
+KERNELSPEC = {
+    "display_name": "Distributed labs (.venv)",
+    "language": "python",
+    "name": "distributed-labs",
+}
 # JupyterLab defaults `make lab` installs (the venv's overrides.json). Saved widget state: a saved
 # notebook keeps its widgets' last state in its metadata, so reopened on a new kernel the
 # flashcards, explorers and prediction inputs render from it; without it every widget output
@@ -39,12 +44,20 @@ def execute(src: Path, dest: Path, quick: bool) -> None:
     from lab_utils.tools.ipc_kernels import AsyncIPCKernelManager
 
     previous = os.environ.get("LAB_QUICK")
-    os.environ["LAB_QUICK"] = "1" if quick else "0"  # the kernel inherits this process's environment
+    os.environ["LAB_QUICK"] = (
+        "1" if quick else "0"
+    )  # the kernel inherits this process's environment
     try:
-        papermill.execute_notebook(str(src), str(dest), parameters={"QUICK": quick},
-                                   kernel_name="python3", cwd=str(src.parent), progress_bar=False,
-                                   request_save_on_cell_execute=False,  # written once at the end (or on an error)
-                                   kernel_manager_class=AsyncIPCKernelManager)  # no TCP port race
+        papermill.execute_notebook(
+            str(src),
+            str(dest),
+            parameters={"QUICK": quick},
+            kernel_name="python3",
+            cwd=str(src.parent),
+            progress_bar=False,
+            request_save_on_cell_execute=False,  # written once at the end (or on an error)
+            kernel_manager_class=AsyncIPCKernelManager,
+        )  # no TCP port race
     finally:
         if previous is None:
             del os.environ["LAB_QUICK"]
@@ -93,9 +106,11 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
     if unstripped:
         found.append(f"{unstripped} code cell(s) keep outputs: run `make strip`")
     if nb.metadata.get("kernelspec") != KERNELSPEC:
-        found.append(f"kernelspec must be {KERNELSPEC} (the kernel `make lab` installs): run "
-                     "`make strip`")
+        found.append(
+            f"kernelspec must be {KERNELSPEC} (the kernel `make lab` installs): run `make strip`"
+        )
     from lab_utils.tools.giveaways import given_away
+
     return found + given_away(nb)
 
 
@@ -119,6 +134,7 @@ def install_lab_settings(prefix: str = sys.prefix) -> Path:
     """Merge LAB_SETTINGS into ``<prefix>/share/jupyter/lab/settings/overrides.json`` (the
     defaults of every JupyterLab this environment starts; a learner's own settings still win)."""
     import json
+
     path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     current = json.loads(path.read_text()) if path.exists() else {}
     for plugin, values in LAB_SETTINGS.items():

@@ -51,6 +51,7 @@ where a probe on torch 2.13 said otherwise):
 Every time this package reports is EMULATED (seconds of the virtual clock); the wall clock of
 this machine never enters, so a loaded machine gives the same numbers.
 """
+
 from __future__ import annotations
 
 from lab_utils.twin import session as _session
@@ -69,8 +70,7 @@ def step() -> float | None:
     return None if s is None else s.clock.mark_step()
 
 
-def io(seconds: float, name: str = "write", nbytes: float = 0.0,
-       wait: bool = True) -> float | None:
+def io(seconds: float, name: str = "write", nbytes: float = 0.0, wait: bool = True) -> float | None:
     """Charge ``seconds`` of storage or host-copy work (a checkpoint write, a staging copy) on
     this rank's "io" stream; ``wait=False`` lets it run in the background (an async save), and
     step marks do not wait for it. Returns its end; None outside an emulated run."""
@@ -84,5 +84,16 @@ def now() -> float | None:
     return None if s is None else s.clock.now
 
 
-__all__ = ["Cluster", "Emulation", "Link", "Scale", "chrome_trace", "emulate", "figure", "io",
-           "now", "step", "timeline_events"]
+__all__ = [
+    "Cluster",
+    "Emulation",
+    "Link",
+    "Scale",
+    "chrome_trace",
+    "emulate",
+    "figure",
+    "io",
+    "now",
+    "step",
+    "timeline_events",
+]

@@ -17,6 +17,7 @@ to a real ``ProcessGroupGloo`` (the numbers are exact) and charges the rank's vi
   DDP and FSDP2 wait for it there.
 Outside an emulated run (no session) the group simply forwards.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -77,8 +78,9 @@ class EmulatedWork(dist.Work):
 class EmulatedGroup(ProcessGroup):
     """A process group over ``ranks`` (global) that is gloo for data and the twin for time."""
 
-    def __init__(self, store: Any, rank: int, size: int, ranks: list[int],
-                 timeout: datetime.timedelta) -> None:
+    def __init__(
+        self, store: Any, rank: int, size: int, ranks: list[int], timeout: datetime.timedelta
+    ) -> None:
         super().__init__(rank, size)
         gloo = dist.ProcessGroupGloo
         self.inner = gloo(dist.PrefixStore("data/", store), rank, size, timeout)
@@ -143,9 +145,17 @@ class EmulatedGroup(ProcessGroup):
             return float(t[0])
 
         c, sp = s.cluster, s.cluster.span(self.ranks)
-        cost = group_collective_time(op, sp.size, sp.nodes, sp.per_node, nbytes * s.scale.bytes,
-                                     c.intra.latency_s, c.intra.bytes_per_s,
-                                     c.inter.latency_s, c.inter.bytes_per_s)
+        cost = group_collective_time(
+            op,
+            sp.size,
+            sp.nodes,
+            sp.per_node,
+            nbytes * s.scale.bytes,
+            c.intra.latency_s,
+            c.intra.bytes_per_s,
+            c.inter.latency_s,
+            c.inter.bytes_per_s,
+        )
         end = s.clock.defer(start, cost, op, nbytes * s.scale.bytes)
         if _in_backward() and not self._backward_join:
             self._backward_join = True
@@ -165,50 +175,65 @@ class EmulatedGroup(ProcessGroup):
     # -- collectives (size in bytes as calc.comm counts it: the FULL buffer)
     def allreduce(self, tensors: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.AllreduceOptions()
-        return self._coll("all_reduce", _nbytes(tensors),
-                          lambda: self.inner.allreduce(tensors, opts))
+        return self._coll(
+            "all_reduce", _nbytes(tensors), lambda: self.inner.allreduce(tensors, opts)
+        )
 
     def allreduce_coalesced(self, tensors: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
-        return self._coll("all_reduce", _nbytes(tensors),
-                          lambda: self.inner.allreduce_coalesced(tensors, opts))
+        return self._coll(
+            "all_reduce", _nbytes(tensors), lambda: self.inner.allreduce_coalesced(tensors, opts)
+        )
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._coll("all_gather", _nbytes(outputs),
-                          lambda: self.inner.allgather(outputs, inputs, opts))
+        return self._coll(
+            "all_gather", _nbytes(outputs), lambda: self.inner.allgather(outputs, inputs, opts)
+        )
 
     def _allgather_base(self, output: Any, input: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.AllgatherOptions()
-        return self._coll("all_gather", _nbytes(output),
-                          lambda: self.inner._allgather_base(output, input, opts))
+        return self._coll(
+            "all_gather", _nbytes(output), lambda: self.inner._allgather_base(output, input, opts)
+        )
 
     all_gather_single = _allgather_base
 
     def reduce_scatter(self, outputs: Any, inputs: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        return self._coll("reduce_scatter", _nbytes(inputs),
-                          lambda: self.inner.reduce_scatter(outputs, inputs, opts))
+        return self._coll(
+            "reduce_scatter",
+            _nbytes(inputs),
+            lambda: self.inner.reduce_scatter(outputs, inputs, opts),
+        )
 
     def _reduce_scatter_base(self, output: Any, input: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.ReduceScatterOptions()
-        return self._coll("reduce_scatter", _nbytes(input),
-                          lambda: self.inner._reduce_scatter_base(output, input, opts))
+        return self._coll(
+            "reduce_scatter",
+            _nbytes(input),
+            lambda: self.inner._reduce_scatter_base(output, input, opts),
+        )
 
     reduce_scatter_single = _reduce_scatter_base
 
-    def alltoall_base(self, output: Any, input: Any, out_splits: Any, in_splits: Any,
-                      opts: Any = None) -> EmulatedWork:
+    def alltoall_base(
+        self, output: Any, input: Any, out_splits: Any, in_splits: Any, opts: Any = None
+    ) -> EmulatedWork:
         opts = opts if opts is not None else dist.AllToAllOptions()
-        return self._coll("all_to_all", _nbytes(input), lambda: self.inner.alltoall_base(
-            output, input, out_splits, in_splits, opts))
+        return self._coll(
+            "all_to_all",
+            _nbytes(input),
+            lambda: self.inner.alltoall_base(output, input, out_splits, in_splits, opts),
+        )
 
     all_to_all_single = alltoall_base
 
     def broadcast(self, tensors: Any, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.BroadcastOptions()
-        return self._coll("broadcast", _nbytes(tensors),
-                          lambda: self.inner.broadcast(tensors, opts))
+        return self._coll(
+            "broadcast", _nbytes(tensors), lambda: self.inner.broadcast(tensors, opts)
+        )
 
     def barrier(self, opts: Any = None) -> EmulatedWork:
         opts = opts if opts is not None else dist.BarrierOptions()
@@ -230,8 +255,7 @@ class EmulatedGroup(ProcessGroup):
         start = s.clock.ready("p2p", SEND)
         head = torch.tensor([start], dtype=torch.float64).view(torch.uint8)
         msg = torch.cat([head] + [t.contiguous().view(-1).view(torch.uint8) for t in tensors])
-        end = s.clock.occupy("p2p", start, self._p2p_cost(s, dst, nb), "send", nb,
-                             SEND)
+        end = s.clock.occupy("p2p", start, self._p2p_cost(s, dst, nb), "send", nb, SEND)
         work = EmulatedWork(self._forward(lambda: self.inner.send([msg], dst, tag)), end)
         work._msg = msg  # alive until the work goes
         return work
@@ -252,7 +276,7 @@ class EmulatedGroup(ProcessGroup):
                 for t in tensors:  # a buffer may require grad (torch.pipelining's): no autograd
                     n = t.numel() * t.element_size()
                     with torch.no_grad():
-                        t.copy_(msg[at:at + n].view(t.dtype).view(t.shape))
+                        t.copy_(msg[at : at + n].view(t.dtype).view(t.shape))
                     at += n
                 start = max(ready, float(msg[:8].view(torch.float64)[0]))
                 done.append(s.clock.occupy("p2p", start, cost, "recv", nb, RECV))

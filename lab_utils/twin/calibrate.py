@@ -7,6 +7,7 @@ machine (with the date, the load and the torch version): one CPU "GPU" per rank,
 gloo link as both links. On a GPU machine the same measurement of bf16 matmuls is item 10 of
 issue 35 (not done here: no GPU was lent).
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,12 @@ def gloo_link(repeats: int = 20) -> tuple[float, float, float]:
 if __name__ == "__main__":
     f = matmul_flops()
     a, bw, r2 = gloo_link()
-    print(f"date {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
-          f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}")
+    print(
+        f"date {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, "
+        f"load {os.getloadavg()[0]:.1f}, cores {os.cpu_count()}"
+    )
     print(f"matmul fp32 512^3 one thread: {f / 1e9:.2f} GFLOP/s")
-    print(f"gloo 2-rank all-reduce: alpha {1e6 * a:.1f} us, bandwidth {bw / 1e9:.3f} GB/s, "
-          f"r^2 {r2:.3f}")
+    print(
+        f"gloo 2-rank all-reduce: alpha {1e6 * a:.1f} us, bandwidth {bw / 1e9:.3f} GB/s, "
+        f"r^2 {r2:.3f}"
+    )

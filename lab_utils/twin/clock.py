@@ -16,6 +16,7 @@ Rules (each is a line below, checked by hand-computed cases in tests/test_twin_c
   a step mark does NOT wait for it (an async checkpoint write outlives steps); ``wait_io`` does.
 Times are seconds of EMULATED time; the wall clock never enters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,8 +36,15 @@ class Span:
     flops: float = 0.0
 
     def as_dict(self) -> dict:
-        return dict(rank=self.rank, stream=self.stream, name=self.name, start=self.start,
-                    end=self.end, bytes=self.bytes, flops=self.flops)
+        return dict(
+            rank=self.rank,
+            stream=self.stream,
+            name=self.name,
+            start=self.start,
+            end=self.end,
+            bytes=self.bytes,
+            flops=self.flops,
+        )
 
 
 @dataclass
@@ -56,13 +64,18 @@ class RankClock:
         if seconds <= 0:
             return
         last = self.spans[-1] if self.spans else None
-        if (last is not None and last.stream == "compute" and last.name == name
-                and last.end == self.now):
+        if (
+            last is not None
+            and last.stream == "compute"
+            and last.name == name
+            and last.end == self.now
+        ):
             last.end += seconds
             last.flops += flops
         else:
-            self.spans.append(Span(self.rank, "compute", name, self.now, self.now + seconds,
-                                   flops=flops))
+            self.spans.append(
+                Span(self.rank, "compute", name, self.now, self.now + seconds, flops=flops)
+            )
         self.now += seconds
 
     def ready(self, stream: str = "comm", lane: str | None = None) -> float:
@@ -72,8 +85,9 @@ class RankClock:
             self.resolve()
         return max(self.now, self.free.get(lane or stream, 0.0))
 
-    def defer(self, start: Callable[[], float], cost: float, name: str,
-              nbytes: float = 0.0) -> Callable[[], float]:
+    def defer(
+        self, start: Callable[[], float], cost: float, name: str, nbytes: float = 0.0
+    ) -> Callable[[], float]:
         """A collective whose start (the participants' latest ready time) is known later:
         ``start()`` may block until every participant has issued it. Collectives resolve in
         issue order, the first time their end is needed (a wait, the next collective, a
@@ -86,6 +100,7 @@ class RankClock:
             while entry[4] is None:
                 self._resolve_first()
             return entry[4]
+
         return end
 
     def _resolve_first(self) -> None:
@@ -97,8 +112,15 @@ class RankClock:
         while self.unresolved:
             self._resolve_first()
 
-    def occupy(self, stream: str, start: float, cost: float, name: str,
-               nbytes: float = 0.0, lane: str | None = None) -> float:
+    def occupy(
+        self,
+        stream: str,
+        start: float,
+        cost: float,
+        name: str,
+        nbytes: float = 0.0,
+        lane: str | None = None,
+    ) -> float:
         """Put work on ``stream`` (and its ``lane``, when given) from ``start`` for ``cost``
         seconds; return its end."""
         end = start + cost

@@ -8,6 +8,7 @@ or "backward" inside autograd's backward pass); other ops cost
 nothing (element-wise work is ignored, as in the 6N FLOPs rule). A c10d op that reaches the
 dispatcher outside our backend is a collective the emulator does not model: it is reported once.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,8 +32,9 @@ class ComputeCharge(TorchDispatchMode):
         self.session = session
         self.flops = 0.0
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (),
-                           kwargs: dict | None = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
@@ -42,8 +44,7 @@ class ComputeCharge(TorchDispatchMode):
             flops = counter(*args, **kwargs, out_val=out)
             self.flops += flops
             name = "backward" if torch._C._current_autograd_node() is not None else "forward"
-            s.clock.compute(flops * s.scale.flops / s.cluster.rank_flops_per_s(s.rank), name,
-                            flops)
+            s.clock.compute(flops * s.scale.flops / s.cluster.rank_flops_per_s(s.rank), name, flops)
         elif func.namespace == "c10d" and not s.forwarding:
             s.report_unknown(f"c10d.{_name(func)}")
         return out

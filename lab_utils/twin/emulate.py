@@ -8,6 +8,7 @@ works on the warm pool or a cold launch (``lab_utils.run``'s options pass throug
 ``emulating(ctx, cluster)`` does the same for a block of code on ranks that are already running
 (an exercise's check on the learner's function).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -45,17 +46,31 @@ def emulating(ctx: Any, cluster: Cluster, scale: Scale | None = None) -> Iterato
         _session.end()
 
 
-def _on_rank(ctx: Any, fn: Callable, cluster: Cluster, scale: Scale, args: tuple,
-             kwargs: dict) -> RankRecord:
+def _on_rank(
+    ctx: Any, fn: Callable, cluster: Cluster, scale: Scale, args: tuple, kwargs: dict
+) -> RankRecord:
     with emulating(ctx, cluster, scale) as ectx:
         result = fn(ectx, *args, **kwargs)
         s = _session.current()
-    return RankRecord(ctx.rank, result, [sp.as_dict() for sp in s.clock.spans],
-                      list(s.clock.steps), s.clock.now, list(s.unknown), dict(s.calls))
+    return RankRecord(
+        ctx.rank,
+        result,
+        [sp.as_dict() for sp in s.clock.spans],
+        list(s.clock.steps),
+        s.clock.now,
+        list(s.unknown),
+        dict(s.calls),
+    )
 
 
-def emulate(fn: Callable, world_size: int, cluster: Cluster, *args: Any,
-            scale: Scale | None = None, **kwargs: Any) -> Emulation:
+def emulate(
+    fn: Callable,
+    world_size: int,
+    cluster: Cluster,
+    *args: Any,
+    scale: Scale | None = None,
+    **kwargs: Any,
+) -> Emulation:
     """Run ``fn(ctx, *args, **kwargs)`` on ``world_size`` gloo ranks with ``cluster``'s clock.
 
     ``scale`` charges a full-size model's FLOPs and bytes (``Scale.model``). Options of
@@ -65,8 +80,10 @@ def emulate(fn: Callable, world_size: int, cluster: Cluster, *args: Any,
     from lab_utils.runtime.launch import run
 
     if not isinstance(cluster, Cluster):
-        raise ValueError(f"cluster must be a twin.Cluster (e.g. Cluster.preset('DGX H100', "
-                         f"nodes=2)), got {type(cluster).__name__}")
+        raise ValueError(
+            f"cluster must be a twin.Cluster (e.g. Cluster.preset('DGX H100', "
+            f"nodes=2)), got {type(cluster).__name__}"
+        )
     cluster.check_world(world_size)
     scale = scale if scale is not None else Scale()
     run_keys = ("backend", "timeout_s", "pg_timeout_s", "quiet", "threads", "preload", "cold")

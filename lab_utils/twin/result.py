@@ -2,6 +2,7 @@
 
 Times here are EMULATED seconds (the virtual clock of ``clock.py``), never wall time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class Emulation:
 
     def step_times(self, rank: int | None = None) -> list[float]:
         """Emulated duration of each marked step (``twin.step()``), slowest rank by default."""
+
         def per(rec: RankRecord) -> list[float]:
             marks = [0.0] + list(rec.steps)
             return [b - a for a, b in zip(marks, marks[1:])]
@@ -65,8 +67,9 @@ class Emulation:
 
     def busy(self, rank: int, stream: str) -> float:
         """Seconds ``rank``'s ``stream`` ("compute", "comm", "p2p") was busy (union)."""
-        iv = sorted((s["start"], s["end"]) for s in self.records[rank].spans
-                    if s["stream"] == stream)
+        iv = sorted(
+            (s["start"], s["end"]) for s in self.records[rank].spans if s["stream"] == stream
+        )
         total, cur_s, cur_e = 0.0, None, None
         for a, b in iv:
             if cur_e is None or a > cur_e:
@@ -78,8 +81,8 @@ class Emulation:
 
     def overlap(self, rank: int) -> float:
         """Seconds of ``rank``'s communication hidden under its compute."""
-        comp = [(s["start"], s["end"]) for s in self.records[rank].spans
-                if s["stream"] == "compute"]
-        comm = [(s["start"], s["end"]) for s in self.records[rank].spans
-                if s["stream"] == "comm"]
+        comp = [
+            (s["start"], s["end"]) for s in self.records[rank].spans if s["stream"] == "compute"
+        ]
+        comm = [(s["start"], s["end"]) for s in self.records[rank].spans if s["stream"] == "comm"]
         return sum(max(0.0, min(b, d) - max(a, c)) for a, b in comm for c, d in comp)

@@ -6,6 +6,7 @@ of a named full-size model to the tiny one (``Scale.model``). One ratio for all 
 all bytes is an approximation, labelled as such: it keeps the PROPORTIONS of the full model's step
 (compute vs communication) on a laptop.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ class Scale:
         pos_num("Scale.bytes", self.bytes)
 
     @staticmethod
-    def model(full: str, tiny_params: float, tiny_layers: int, tiny_hidden: int,
-              seq_len: int) -> "Scale":
+    def model(
+        full: str, tiny_params: float, tiny_layers: int, tiny_hidden: int, seq_len: int
+    ) -> "Scale":
         """Ratios of the full model ``full`` (a ``calc.params.preset`` name, e.g.
         "llama3-8b") over the tiny one, at the same tokens per step: FLOPs by
         ``calc.scaling.flops_per_token`` (6 N + the attention term), bytes by parameter count
@@ -40,6 +42,9 @@ class Scale:
         n_full, n_tiny = param_count(cfg).total, pos_num("tiny_params", tiny_params)
         f_full = flops_per_token(n_full, cfg.n_layers, seq_len, cfg.hidden)
         f_tiny = flops_per_token(n_tiny, tiny_layers, seq_len, tiny_hidden)
-        return Scale(f_full / f_tiny, n_full / n_tiny,
-                     f"charged as {full} (FLOPs x{f_full / f_tiny:.3g}, "
-                     f"bytes x{n_full / n_tiny:.3g}; approximate)")
+        return Scale(
+            f_full / f_tiny,
+            n_full / n_tiny,
+            f"charged as {full} (FLOPs x{f_full / f_tiny:.3g}, "
+            f"bytes x{n_full / n_tiny:.3g}; approximate)",
+        )

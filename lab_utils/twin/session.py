@@ -3,6 +3,7 @@
 One per process at a time (a rank runs one emulated function at a time). The process-group
 backend (``backend.py``) and the compute charge (``compute.py``) read it through ``current()``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -38,8 +39,11 @@ class Session:
         if name not in self.unknown:
             self.unknown.append(name)
             if self.rank == 0:
-                warnings.warn(f"twin: {name} is not modelled; it ran for real but was charged "
-                              "no emulated time", stacklevel=3)
+                warnings.warn(
+                    f"twin: {name} is not modelled; it ran for real but was charged "
+                    "no emulated time",
+                    stacklevel=3,
+                )
 
 
 _CURRENT: Optional[Session] = None

@@ -5,6 +5,7 @@
 answers the two questions the emulator asks: how long do these FLOPs take on one GPU, and which
 links does a group of ranks span (``span``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -66,15 +67,18 @@ class Cluster:
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise ValueError(f"Cluster.slow_ranks holds (rank, factor) pairs, got {pair!r}")
             if not (isinstance(pair[0], int) and 0 <= pair[0] < self.world_size):
-                raise ValueError(f"Cluster.slow_ranks: rank {pair[0]!r} is not one of the "
-                                 f"cluster's {self.world_size} GPUs (0..{self.world_size - 1})")
+                raise ValueError(
+                    f"Cluster.slow_ranks: rank {pair[0]!r} is not one of the "
+                    f"cluster's {self.world_size} GPUs (0..{self.world_size - 1})"
+                )
             fraction("Cluster.slow_ranks factor", pair[1], "a GPU's speed as a fraction in (0, 1]")
             if pair[1] == 0:
                 raise ValueError("Cluster.slow_ranks factor must be > 0 (a fraction in (0, 1])")
         for f in ("intra", "inter"):
             if not isinstance(getattr(self, f), Link):
-                raise ValueError(f"Cluster.{f} must be a twin.Link, got "
-                                 f"{type(getattr(self, f)).__name__}")
+                raise ValueError(
+                    f"Cluster.{f} must be a twin.Link, got {type(getattr(self, f)).__name__}"
+                )
 
     @property
     def world_size(self) -> int:
@@ -95,19 +99,29 @@ class Cluster:
         ("DGX H100", "DGX A100", "PCIe A100", "10GbE L4"); ``gpus_per_node`` may use fewer
         GPUs of each node (e.g. 2 nodes x 2 GPUs for a 4-rank lab)."""
         if name not in hardware.CLUSTER_SPECS:
-            raise ValueError(f"Cluster preset {name!r} is unknown; presets: "
-                             f"{', '.join(hardware.CLUSTER_SPECS)}")
+            raise ValueError(
+                f"Cluster preset {name!r} is unknown; presets: {', '.join(hardware.CLUSTER_SPECS)}"
+            )
         s = hardware.CLUSTER_SPECS[name]
-        per = s.gpus_per_node if gpus_per_node is None else pos_int("gpus_per_node",
-                                                                    gpus_per_node)
+        per = s.gpus_per_node if gpus_per_node is None else pos_int("gpus_per_node", gpus_per_node)
         if per > s.gpus_per_node:
             raise ValueError(f"gpus_per_node={per} but a {name} node has {s.gpus_per_node}")
-        d, li, le = (hardware.DEVICES[s.device], hardware.LINKS[s.intra_link],
-                     hardware.LINKS[s.inter_link])
-        return Cluster(pos_int("nodes", nodes), per, d.peak_flops, s.compute_efficiency,
-                       Link(li.name, s.intra_latency_s, li.bytes_per_s),
-                       Link(le.name, s.inter_latency_s, le.bytes_per_s),
-                       name=f"{nodes}x{per} {name}", gpu=s.device, source=s.source)
+        d, li, le = (
+            hardware.DEVICES[s.device],
+            hardware.LINKS[s.intra_link],
+            hardware.LINKS[s.inter_link],
+        )
+        return Cluster(
+            pos_int("nodes", nodes),
+            per,
+            d.peak_flops,
+            s.compute_efficiency,
+            Link(li.name, s.intra_latency_s, li.bytes_per_s),
+            Link(le.name, s.inter_latency_s, le.bytes_per_s),
+            name=f"{nodes}x{per} {name}",
+            gpu=s.device,
+            source=s.source,
+        )
 
     def with_(self, **changes: object) -> "Cluster":
         """A copy with some fields changed (validated again): ``c.with_(nodes=4)``."""
@@ -116,9 +130,11 @@ class Cluster:
     def check_world(self, world_size: int) -> None:
         """The ranks of a run must fill the cluster exactly (one rank per GPU)."""
         if pos_int("world_size", world_size) != self.world_size:
-            raise ValueError(f"world_size={world_size} but the cluster {self.name!r} has "
-                             f"nodes x gpus_per_node = {self.nodes} x {self.gpus_per_node} = "
-                             f"{self.world_size} GPUs; one rank per GPU")
+            raise ValueError(
+                f"world_size={world_size} but the cluster {self.name!r} has "
+                f"nodes x gpus_per_node = {self.nodes} x {self.gpus_per_node} = "
+                f"{self.world_size} GPUs; one rank per GPU"
+            )
 
     def node_of(self, rank: int) -> int:
         if not 0 <= rank < self.world_size:

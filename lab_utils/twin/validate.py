@@ -8,6 +8,7 @@
 A row out of its bound is a MISS and the command exits 1. Every time is labelled: "emulated"
 (the virtual clock of a real run), "calc" (a formula), "published" (a paper's measurement).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,15 +42,26 @@ def grid_rows(timeout_s: float = 300.0) -> list[Row]:
     from lab_utils.twin.emulate import emulate
 
     rows = []
-    for fn, c, analytic in ((grid.run_grid, grid.grid_cluster(), grid.analytic),
-                            (grid.step_3d, grid.cluster_3d(), grid.analytic_3d)):
-        em = emulate(fn, c.world_size, c, scale=grid.GRID_SCALE, quiet=True,
-                     timeout_s=timeout_s)
+    for fn, c, analytic in (
+        (grid.run_grid, grid.grid_cluster(), grid.analytic),
+        (grid.step_3d, grid.cluster_3d(), grid.analytic_3d),
+    ):
+        em = emulate(fn, c.world_size, c, scale=grid.GRID_SCALE, quiet=True, timeout_s=timeout_s)
         if em.unknown:
             raise RuntimeError(f"the grid made calls the emulator does not model: {em.unknown}")
         ref = analytic(c)
-        rows += [Row("a", name, max(r[name] for r in em.results) * 1e3, ref[name][0] * 1e3,
-                     "ms", GRID_BOUND, ref[name][1]) for name in em.results[0]]
+        rows += [
+            Row(
+                "a",
+                name,
+                max(r[name] for r in em.results) * 1e3,
+                ref[name][0] * 1e3,
+                "ms",
+                GRID_BOUND,
+                ref[name][1],
+            )
+            for name in em.results[0]
+        ]
     return rows
 
 
@@ -57,24 +69,40 @@ def published_table() -> list[Row]:
     """Part (b): the published rows (analytic extrapolations, labelled)."""
     from lab_utils.twin.published import published_rows
 
-    return [Row("b", p.name, p.predicted, p.published, "TFLOP/s/GPU", PUBLISHED_BOUND,
-                f"{p.how}; {p.source}") for p in published_rows()]
+    return [
+        Row(
+            "b",
+            p.name,
+            p.predicted,
+            p.published,
+            "TFLOP/s/GPU",
+            PUBLISHED_BOUND,
+            f"{p.how}; {p.source}",
+        )
+        for p in published_rows()
+    ]
 
 
 def format_table(rows: Sequence[Row]) -> str:
-    head = (f"{'':2}{'row':52} {'ours':>10} {'reference':>10} {'unit':>12} {'error':>7} "
-            f"{'bound':>6}  ok    how / source")
+    head = (
+        f"{'':2}{'row':52} {'ours':>10} {'reference':>10} {'unit':>12} {'error':>7} "
+        f"{'bound':>6}  ok    how / source"
+    )
     lines = [head, "-" * len(head)]
-    titles = {"a": "(a) emulated step (real run, virtual clock) vs calc's analytic time",
-              "b": "(b) published measurement vs our prediction"}
+    titles = {
+        "a": "(a) emulated step (real run, virtual clock) vs calc's analytic time",
+        "b": "(b) published measurement vs our prediction",
+    }
     part = None
     for r in rows:
         if r.part != part:
             part = r.part
             lines.append(titles[part])
-        lines.append(f"  {r.name:52} {r.ours:10.3f} {r.reference:10.3f} {r.unit:>12} "
-                     f"{100 * r.error:+6.1f}% {100 * r.bound:5.0f}%  "
-                     f"{'yes ' if r.ok else 'MISS'}  {r.how}")
+        lines.append(
+            f"  {r.name:52} {r.ours:10.3f} {r.reference:10.3f} {r.unit:>12} "
+            f"{100 * r.error:+6.1f}% {100 * r.bound:5.0f}%  "
+            f"{'yes ' if r.ok else 'MISS'}  {r.how}"
+        )
     return "\n".join(lines)
 
 
@@ -84,8 +112,11 @@ def validate(grid: bool = True) -> tuple[list[Row], str]:
 
     rows = (grid_rows() if grid else []) + published_table()
     effs = sorted({f"{s.device} {s.compute_efficiency:g}" for s in CLUSTER_SPECS.values()})
-    note = ("compute efficiency (one per GPU, never per row): " + ", ".join(effs)
-            + "\nreference: calc's formula in (a), the paper's measurement in (b)")
+    note = (
+        "compute efficiency (one per GPU, never per row): "
+        + ", ".join(effs)
+        + "\nreference: calc's formula in (a), the paper's measurement in (b)"
+    )
     return rows, format_table(rows) + "\n" + note
 
 
@@ -93,6 +124,8 @@ def main(argv: Sequence[str] = ()) -> int:
     rows, table = validate(grid="--no-grid" not in argv)
     print(table)
     misses = [r.name for r in rows if not r.ok]
-    print(f"{len(rows) - len(misses)}/{len(rows)} rows within their bound"
-          + (f"; MISS: {', '.join(misses)}" if misses else ""))
+    print(
+        f"{len(rows) - len(misses)}/{len(rows)} rows within their bound"
+        + (f"; MISS: {', '.join(misses)}" if misses else "")
+    )
     return 1 if misses else 0

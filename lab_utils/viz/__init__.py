@@ -7,7 +7,8 @@ Figures (static, return ``plotly.graph_objects.Figure``):
     layout_matrix.layout_matrix_figure  the layout-equivalence matrix's verdicts      (lab 14)
 
 Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.set(...)``):
-    memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05, 08)
+    memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05,
+    08)
     bubble_explorer()      BubbleExplorer       pipeline schedule + bubble          (lab 07)
     collective_explorer()  CollectiveExplorer   bytes, alpha-beta time, busbw       (lab 03)
     amdahl_explorer()      AmdahlExplorer       Amdahl / Gustafson speedup          (lab 10)
@@ -24,13 +25,19 @@ functions (testable without a browser); bad input shows ``.error_message`` in th
 Number boxes hand their text to Python, where the calculators' checks (``calc._check``) parse
 and judge it: "2.5" in a whole-number box shows the error box instead of becoming 25.
 """
+
 from lab_utils.viz._base import Explorer, apply_spec, to_figure
-from lab_utils.viz.axis_check import axis_problems, checked
 from lab_utils.viz.amdahl_explorer import AmdahlExplorer, amdahl_explorer
+from lab_utils.viz.axis_check import axis_problems, checked
 from lab_utils.viz.bubble_explorer import BubbleExplorer, bubble_explorer
 from lab_utils.viz.collective_explorer import CollectiveExplorer, collective_explorer
-from lab_utils.viz.gantt import (KIND_COLORS, collective_state_figure, gantt_figure,
-                                 gantt_spec, kind_of)
+from lab_utils.viz.gantt import (
+    KIND_COLORS,
+    collective_state_figure,
+    gantt_figure,
+    gantt_spec,
+    kind_of,
+)
 from lab_utils.viz.memory_explorer import MemoryExplorer, memory_explorer
 from lab_utils.viz.memory_timeline import memory_timeline_figure
 from lab_utils.viz.planner_widget import PlannerWidget, planner_widget
@@ -38,10 +45,29 @@ from lab_utils.viz.table import Table, show_table
 from lab_utils.viz.training_cost import TrainingCostExplorer, training_cost_explorer
 
 __all__ = [
-    "gantt_figure", "gantt_spec", "collective_state_figure", "KIND_COLORS", "kind_of",
-    "Explorer", "apply_spec", "to_figure", "axis_problems", "checked",
-    "MemoryExplorer", "memory_explorer", "memory_timeline_figure", "BubbleExplorer", "bubble_explorer",
-    "CollectiveExplorer", "collective_explorer", "AmdahlExplorer", "amdahl_explorer",
-    "PlannerWidget", "planner_widget", "Table", "show_table",
-    "TrainingCostExplorer", "training_cost_explorer",
+    "gantt_figure",
+    "gantt_spec",
+    "collective_state_figure",
+    "KIND_COLORS",
+    "kind_of",
+    "Explorer",
+    "apply_spec",
+    "to_figure",
+    "axis_problems",
+    "checked",
+    "MemoryExplorer",
+    "memory_explorer",
+    "memory_timeline_figure",
+    "BubbleExplorer",
+    "bubble_explorer",
+    "CollectiveExplorer",
+    "collective_explorer",
+    "AmdahlExplorer",
+    "amdahl_explorer",
+    "PlannerWidget",
+    "planner_widget",
+    "Table",
+    "show_table",
+    "TrainingCostExplorer",
+    "training_cost_explorer",
 ]

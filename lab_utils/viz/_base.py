@@ -25,6 +25,7 @@ follows the controls (reproduced in headless Chromium with 20x CPU throttling, a
 CI). A core ``Output`` widget has no such window: its state always arrives. Why ``LivePlot`` as
 well, and when it takes over: lab_utils/viz/live_plot.py.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,18 +41,28 @@ from traitlets import TraitError
 
 from lab_utils.viz.axis_check import checked
 from lab_utils.viz.controls import NumberText
-from lab_utils.viz.live_plot import (MAX_RENEWALS, LivePlot, Spec, default_template, figure_json,
-                                    figure_output)
+from lab_utils.viz.live_plot import (
+    MAX_RENEWALS,
+    LivePlot,
+    Spec,
+    default_template,
+    figure_json,
+    figure_output,
+)
 
-ERROR_STYLE = ("color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
-               "padding:6px 10px;margin:4px 0;font-size:13px")
+ERROR_STYLE = (
+    "color:#8a1c1c;background:#fdecea;border:1px solid #f5c2c7;border-radius:4px;"
+    "padding:6px 10px;margin:4px 0;font-size:13px"
+)
 
 
 def error_html(message: str) -> str:
     """The error box: the message, escaped, and a note that the figure did not change."""
-    return (f'<div class="lab-widget-error" style="{ERROR_STYLE}"><b>Cannot update:</b> '
-            f"{html.escape(message)}<br><i>The figure still shows the last valid input.</i>"
-            "</div>")
+    return (
+        f'<div class="lab-widget-error" style="{ERROR_STYLE}"><b>Cannot update:</b> '
+        f"{html.escape(message)}<br><i>The figure still shows the last valid input.</i>"
+        "</div>"
+    )
 
 
 def apply_spec(fig: go.Figure, spec: Spec, previous: Spec | None = None) -> None:
@@ -66,8 +77,11 @@ def apply_spec(fig: go.Figure, spec: Spec, previous: Spec | None = None) -> None
     data = [dict(d) for d in spec["data"]]
     types = [d.pop("type", "scatter") for d in data]
     layout = spec.get("layout", {})
-    same = (previous is not None and len(fig.data) == len(data)
-            and all(t.type == ty for t, ty in zip(fig.data, types)))
+    same = (
+        previous is not None
+        and len(fig.data) == len(data)
+        and all(t.type == ty for t, ty in zip(fig.data, types))
+    )
     if same:
         assert previous is not None
         old_layout = previous.get("layout", {})
@@ -82,8 +96,9 @@ def apply_spec(fig: go.Figure, spec: Spec, previous: Spec | None = None) -> None
         return
     with fig.batch_update():
         fig.data = []
-    fig.add_traces([dict({k: _array(k, v) for k, v in d.items()}, type=ty)
-                    for d, ty in zip(data, types)])
+    fig.add_traces(
+        [dict({k: _array(k, v) for k, v in d.items()}, type=ty) for d, ty in zip(data, types)]
+    )
     with fig.batch_update():
         fig.layout.update(layout)
 
@@ -135,7 +150,8 @@ class Explorer(widgets.VBox):
     def __init__(self, controls: dict[str, widgets.ValueWidget], **initial: Any) -> None:
         self.controls = controls
         self.header = widgets.HTML(
-            f'<h3 class="lab-widget-title" style="margin:4px 0">{html.escape(self.TITLE)}</h3>')
+            f'<h3 class="lab-widget-title" style="margin:4px 0">{html.escape(self.TITLE)}</h3>'
+        )
         self.error = widgets.HTML("")
         self.summary = widgets.HTML("")
         self._figure, self._figure_spec = go.Figure(), None  # see the ``figure`` property
@@ -158,8 +174,13 @@ class Explorer(widgets.VBox):
             list(controls.values()),
             # minmax(0, 1fr): equal columns that may shrink below their content (a long
             # dropdown label), so the grid fits a 1280-px-wide notebook instead of overflowing
-            layout=widgets.Layout(grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
-                                  grid_gap="4px 12px", width="100%", grid_auto_flow="row dense"))
+            layout=widgets.Layout(
+                grid_template_columns=f"repeat({self.COLUMNS}, minmax(0, 1fr))",
+                grid_gap="4px 12px",
+                width="100%",
+                grid_auto_flow="row dense",
+            ),
+        )
         # the numbers in words go BELOW the figure: controls and figure fit one screen (1280x800)
         super().__init__([self.header, grid, self.error, self.view, self.plot, self.summary])
         self.add_class("lab-explorer")
@@ -201,8 +222,10 @@ class Explorer(widgets.VBox):
         """The synced state: every control's current value, by name. A number box gives
         what its text parses to (``calc._check.parse_number``): 4, 2.5, or the text itself
         when it is not a number, so ``validate`` reports it with the calculators' checks."""
-        return {name: ctl.number if isinstance(ctl, NumberText) else ctl.value
-                for name, ctl in self.controls.items()}
+        return {
+            name: ctl.number if isinstance(ctl, NumberText) else ctl.value
+            for name, ctl in self.controls.items()
+        }
 
     @property
     def error_message(self) -> str:
@@ -216,14 +239,17 @@ class Explorer(widgets.VBox):
         """
         unknown = [k for k in values if k not in self.controls]
         if unknown:
-            raise ValueError(f"unknown control(s) {unknown}; this widget has "
-                             f"{list(self.controls)}")
+            raise ValueError(f"unknown control(s) {unknown}; this widget has {list(self.controls)}")
         self._holding, self._set_errors = True, []
         try:
             for name, value in values.items():
                 ctl = self.controls[name]
-                if isinstance(ctl, NumberText) and ctl.whole and isinstance(value, float) \
-                        and not value.is_integer():  # keep the box's last whole number
+                if (
+                    isinstance(ctl, NumberText)
+                    and ctl.whole
+                    and isinstance(value, float)
+                    and not value.is_integer()
+                ):  # keep the box's last whole number
                     self._set_errors.append(f"{name} must be a whole number, got {value!r}")
                     continue
                 try:
@@ -243,7 +269,9 @@ class Explorer(widgets.VBox):
         if opts is not None:
             keys = [o[1] if isinstance(o, tuple) else o for o in opts]
             return f"{name} must be one of {', '.join(map(repr, keys))}; got {value!r}"
-        return f"{name} cannot be {value!r}: {type(ctl).__name__} holds a {type(ctl.value).__name__}"
+        return (
+            f"{name} cannot be {value!r}: {type(ctl).__name__} holds a {type(ctl.value).__name__}"
+        )
 
     def _on_change(self, change: dict[str, Any]) -> None:
         self.on_control_change(change)
@@ -272,7 +300,9 @@ class Explorer(widgets.VBox):
             return self._fail(f"unexpected {type(exc).__name__}: {exc}")
         self.spec = spec
         # a live view redraws from this text; otherwise the Output shows it
-        self.plot.figure = figure_json(spec, template=False) or pio.to_json(self.figure, validate=False)
+        self.plot.figure = figure_json(spec, template=False) or pio.to_json(
+            self.figure, validate=False
+        )
         if not self.plot.live:
             self._show_in_output()
         self.summary.value = summary

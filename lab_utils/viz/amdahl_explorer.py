@@ -3,16 +3,17 @@
 A thin view over ``calc.amdahl_speedup`` (strong scaling, Amdahl 1967), ``calc.amdahl_limit``
 and ``calc.gustafson_speedup`` (weak scaling, Gustafson 1988).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 from lab_utils.calc import amdahl_limit, amdahl_speedup, gustafson_speedup
 from lab_utils.calc._check import boolean, fraction, whole
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import checkbox, float_text, int_text
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 MAX_DEVICES = 10_000_000
 
@@ -26,11 +27,11 @@ class AmdahlState:
 
 
 def validate(values: dict[str, Any]) -> AmdahlState:
-    s = fraction("the serial fraction s", values["serial_fraction"],
-                 hint="e.g. 0.05 for 5%")
+    s = fraction("the serial fraction s", values["serial_fraction"], hint="e.g. 0.05 for 5%")
     n = whole("max devices N", values["n_max"], 2, MAX_DEVICES)
-    return AmdahlState(s, n, boolean("gustafson", values["gustafson"]),
-                       boolean("log axes", values["log_axes"]))
+    return AmdahlState(
+        s, n, boolean("gustafson", values["gustafson"]), boolean("log axes", values["log_axes"])
+    )
 
 
 def devices(n_max: int) -> list[int]:
@@ -46,30 +47,55 @@ def figure_spec(st: AmdahlState) -> Spec:
     ceiling = amdahl_limit(s)
     gus = [gustafson_speedup(s, n) for n in ns] if st.gustafson else []
     data = [
-        dict(type="scatter", mode="lines", name="ideal (S = N)", x=ns, y=[float(n) for n in ns],
-             line=dict(color="grey", dash="dot"),
-             hovertemplate="N=%{x}: ideal %{y:.4g}x<extra></extra>"),
-        dict(type="scatter", mode="lines", name=f"Amdahl, s={s:g} (strong scaling)", x=ns,
-             y=[amdahl_speedup(s, n) for n in ns], line=dict(color="#4C78A8", width=3),
-             hovertemplate="N=%{x}: Amdahl %{y:.4g}x<extra></extra>"),
-        dict(type="scatter", mode="lines", name=f"Gustafson, s={s:g} (weak scaling)",
-             x=ns if gus else [], y=gus, line=dict(color="#F58518"),
-             hovertemplate="N=%{x}: Gustafson %{y:.4g}x<extra></extra>"),
+        dict(
+            type="scatter",
+            mode="lines",
+            name="ideal (S = N)",
+            x=ns,
+            y=[float(n) for n in ns],
+            line=dict(color="grey", dash="dot"),
+            hovertemplate="N=%{x}: ideal %{y:.4g}x<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            mode="lines",
+            name=f"Amdahl, s={s:g} (strong scaling)",
+            x=ns,
+            y=[amdahl_speedup(s, n) for n in ns],
+            line=dict(color="#4C78A8", width=3),
+            hovertemplate="N=%{x}: Amdahl %{y:.4g}x<extra></extra>",
+        ),
+        dict(
+            type="scatter",
+            mode="lines",
+            name=f"Gustafson, s={s:g} (weak scaling)",
+            x=ns if gus else [],
+            y=gus,
+            line=dict(color="#F58518"),
+            hovertemplate="N=%{x}: Gustafson %{y:.4g}x<extra></extra>",
+        ),
         # No ceiling when s = 0: the trace is emptied, not removed, so the figure keeps its
         # shape (and the live widget updates in place).
-        dict(type="scatter", mode="lines",
-             name=f"Amdahl ceiling 1/s = {ceiling:.4g}x" if s > 0 else "no ceiling (s = 0)",
-             x=[ns[0], ns[-1]] if s > 0 else [], y=[ceiling, ceiling] if s > 0 else [],
-             line=dict(color="#E45756", dash="dash"),
-             hovertemplate="ceiling %{y:.4g}x<extra></extra>"),
+        dict(
+            type="scatter",
+            mode="lines",
+            name=f"Amdahl ceiling 1/s = {ceiling:.4g}x" if s > 0 else "no ceiling (s = 0)",
+            x=[ns[0], ns[-1]] if s > 0 else [],
+            y=[ceiling, ceiling] if s > 0 else [],
+            line=dict(color="#E45756", dash="dash"),
+            hovertemplate="ceiling %{y:.4g}x<extra></extra>",
+        ),
     ]
     kind = "log" if st.log_axes else "linear"
     layout = dict(
-        width=FIGURE_WIDTH, height=430, margin=dict(l=70, r=20, t=60, b=50),
+        width=FIGURE_WIDTH,
+        height=430,
+        margin=dict(l=70, r=20, t=60, b=50),
         title=dict(text=f"Speedup vs devices, serial fraction s = {s:g}"),
         xaxis=dict(title=dict(text="N (devices)"), type=kind),
         yaxis=dict(title=dict(text="speedup S(N) (x single device)"), type=kind),
-        legend=LEGEND_BESIDE)
+        legend=LEGEND_BESIDE,
+    )
     return {"data": data, "layout": layout}
 
 
@@ -82,12 +108,14 @@ def summary_html(st: AmdahlState) -> str:
         lim = amdahl_limit(s)
         # N at which Amdahl reaches 90% of its ceiling: 1/(s + (1-s)/N) = 0.9/s -> N = 9(1-s)/s
         n90 = 9 * (1 - s) / s
-        cap = (f"Ceiling 1/s = <b>{lim:.4g}x</b> however many devices; 90% of it needs "
-               f"N = {n90:.4g} devices.")
-    gus = f" Gustafson (batch grows with N): {gustafson_speedup(s, n):.4g}x." if st.gustafson \
-        else ""
-    return (f"Amdahl speedup at N = {n}: <b>{amd:.4g}x</b> ({amd / n:.1%} efficiency). {cap}"
-            f"{gus}")
+        cap = (
+            f"Ceiling 1/s = <b>{lim:.4g}x</b> however many devices; 90% of it needs "
+            f"N = {n90:.4g} devices."
+        )
+    gus = (
+        f" Gustafson (batch grows with N): {gustafson_speedup(s, n):.4g}x." if st.gustafson else ""
+    )
+    return f"Amdahl speedup at N = {n}: <b>{amd:.4g}x</b> ({amd / n:.1%} efficiency). {cap}{gus}"
 
 
 class AmdahlExplorer(Explorer):

@@ -7,13 +7,14 @@ of the data with where an explicit range, the annotations and the shapes put thi
 than 1000x beyond the data on a log axis (10 data spans on a linear one) is named.
 ``checked(fig)`` raises ValueError with those names; the figure builders and explorers call it.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
 from typing import Any
 
-LOG_FACTOR = 1e3     # on a log axis: this many times beyond the data's extremes
+LOG_FACTOR = 1e3  # on a log axis: this many times beyond the data's extremes
 LINEAR_SPANS = 10.0  # on a linear axis: this many data spans beyond them
 
 
@@ -24,8 +25,11 @@ def _numbers(values: Any) -> list[float]:
         items = list(values)
     except TypeError:
         return []
-    return [float(v) for v in items if isinstance(v, numbers.Real) and not isinstance(v, bool)
-            and math.isfinite(v)]
+    return [
+        float(v)
+        for v in items
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+    ]
 
 
 def _data_extent(data: list[dict], letter: str, ref: str) -> tuple[float, float] | None:
@@ -48,16 +52,18 @@ def _placed(layout: dict, letter: str, ref: str, log: bool) -> list[tuple[str, f
     out: list[tuple[str, float]] = []
     axis = layout.get(f"{letter}axis{ref[1:]}") or {}
     for end in _numbers(axis.get("range")):
-        out.append(("its range", 10 ** end if log else end))
+        out.append(("its range", 10**end if log else end))
     for a in layout.get("annotations") or []:
         if a.get(f"{letter}ref", letter) == ref and _numbers([a.get(letter)]):
             value = float(a[letter])
             where = f"annotation {str(a.get('text', ''))[:30]!r} at {letter}={value:g}"
-            out.append((where + (" (log units)" if log else ""), 10 ** value if log else value))
+            out.append((where + (" (log units)" if log else ""), 10**value if log else value))
     for s in layout.get("shapes") or []:
         if s.get(f"{letter}ref", letter) == ref:
-            out += [(f"a {s.get('type', 'shape')} at {letter}={v:g}", v)
-                    for v in _numbers([s.get(f"{letter}0"), s.get(f"{letter}1")])]
+            out += [
+                (f"a {s.get('type', 'shape')} at {letter}={v:g}", v)
+                for v in _numbers([s.get(f"{letter}0"), s.get(f"{letter}1")])
+            ]
     return out
 
 
@@ -82,8 +88,10 @@ def axis_problems(figure: Any) -> list[str]:
             bounds = (lo - LINEAR_SPANS * span, hi + LINEAR_SPANS * span)
         for what, value in _placed(layout, letter, ref, log):
             if not bounds[0] <= value <= bounds[1]:
-                problems.append(f"{letter}axis{ref[1:]} ({'log' if log else 'linear'}): the data "
-                                f"spans {lo:.3g}..{hi:.3g} but {what} puts it at {value:.3g}")
+                problems.append(
+                    f"{letter}axis{ref[1:]} ({'log' if log else 'linear'}): the data "
+                    f"spans {lo:.3g}..{hi:.3g} but {what} puts it at {value:.3g}"
+                )
     return problems
 
 
@@ -91,7 +99,8 @@ def checked(figure: Any) -> Any:
     """The figure itself, or ValueError naming each axis that would run far beyond its data."""
     problems = axis_problems(figure)
     if problems:
-        raise ValueError("this figure's axis would run far beyond its data (a log axis reads an "
-                         "annotation's position as log10 of it: y=80 means 10^80): "
-                         + "; ".join(problems))
+        raise ValueError(
+            "this figure's axis would run far beyond its data (a log axis reads an "
+            "annotation's position as log10 of it: y=80 means 10^80): " + "; ".join(problems)
+        )
     return figure

@@ -4,21 +4,26 @@ A thin view over ``calc.schedule`` (simulated ideal timeline, drawn with ``gantt
 ``calc.bubble`` (closed forms) and ``calc.bubble_from_timeline`` (idle fraction read off the
 simulated timeline): the closed form and the simulation are shown side by side.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH
 from lab_utils.calc import Bubble, Schedule, bubble, bubble_from_timeline, schedule
 from lab_utils.calc._check import number, pos_int
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import dropdown, float_text, int_text
 from lab_utils.viz.gantt import gantt_spec
+from lab_utils.viz.style import FIGURE_WIDTH
 
-SCHEDULE_OPTIONS = [("GPipe", "gpipe"), ("1F1B", "1f1b"), ("interleaved 1F1B", "interleaved"),
-                    ("ZB-H1 (zero bubble)", "zb-h1")]
+SCHEDULE_OPTIONS = [
+    ("GPipe", "gpipe"),
+    ("1F1B", "1f1b"),
+    ("interleaved 1F1B", "interleaved"),
+    ("ZB-H1 (zero bubble)", "zb-h1"),
+]
 # Drawing thousands of bars makes the page sluggish and the labels unreadable.
 MAX_OPS = 3000
 
@@ -51,13 +56,21 @@ def validate(values: dict[str, Any]) -> BubbleState:
     p = pos_int("p (pipeline stages)", values["p"])
     m = pos_int("m (micro-batches)", values["m"])
     v = pos_int("v (model chunks per rank)", values["v"]) if name == "interleaved" else 1
-    ratio = number("t_b/t_f", values["t_b_over_t_f"], 0, 100, lo_open=True,
-                   expected="a positive number up to 100",
-                   hint="the backward usually takes about 2x the forward")
+    ratio = number(
+        "t_b/t_f",
+        values["t_b_over_t_f"],
+        0,
+        100,
+        lo_open=True,
+        expected="a positive number up to 100",
+        hint="the backward usually takes about 2x the forward",
+    )
     per_mb = 3 if name == "zb-h1" else 2  # F, B (and W) per micro-batch per chunk
     if p * m * v * per_mb > MAX_OPS:
-        raise ValueError(f"{p * m * v * per_mb} operations are too many to draw; keep p*m*v "
-                         f"<= {MAX_OPS // per_mb} (e.g. fewer micro-batches)")
+        raise ValueError(
+            f"{p * m * v * per_mb} operations are too many to draw; keep p*m*v "
+            f"<= {MAX_OPS // per_mb} (e.g. fewer micro-batches)"
+        )
     state = BubbleState(name, p, m, v, float(ratio))
     bubble(name, p, m, v, 1.0, state.t_b)  # the calculator's own checks (e.g. m % p)
     return state
@@ -75,28 +88,39 @@ def compute(st: BubbleState) -> BubbleResult:
 def figure_spec(st: BubbleState) -> Spec:
     """The Gantt chart of the ideal timeline, both bubble fractions in the title."""
     r = compute(st)
-    title = (f"{st.schedule}: p={st.p}, m={st.m}" + (f", v={st.v}" if st.v > 1 else "")
-             + f", t_b={st.t_b:g} t_f  |  bubble = {r.closed_form.of_ideal:.1%} of ideal "
-             f"compute, {r.closed_form.of_total:.1%} of total time")
-    return gantt_spec(r.timeline.events, title=title, width=FIGURE_WIDTH,
-                      height=min(560, max(300, 120 + 42 * st.p)))
+    title = (
+        f"{st.schedule}: p={st.p}, m={st.m}"
+        + (f", v={st.v}" if st.v > 1 else "")
+        + f", t_b={st.t_b:g} t_f  |  bubble = {r.closed_form.of_ideal:.1%} of ideal "
+        f"compute, {r.closed_form.of_total:.1%} of total time"
+    )
+    return gantt_spec(
+        r.timeline.events,
+        title=title,
+        width=FIGURE_WIDTH,
+        height=min(560, max(300, 120 + 42 * st.p)),
+    )
 
 
 def summary_html(st: BubbleState) -> str:
     r = compute(st)
     b, tl = r.closed_form, r.timeline
     if st.schedule in ("gpipe", "1f1b"):
-        formula = (f"(p-1)/m = {st.p - 1}/{st.m} of ideal, (p-1)/(m+p-1) = "
-                   f"{st.p - 1}/{st.m + st.p - 1} of total")
+        formula = (
+            f"(p-1)/m = {st.p - 1}/{st.m} of ideal, (p-1)/(m+p-1) = "
+            f"{st.p - 1}/{st.m + st.p - 1} of total"
+        )
     elif st.schedule == "interleaved":
         formula = f"(p-1)/(v m) = {st.p - 1}/({st.v}x{st.m}) of ideal"
     else:
         formula = "(p-1)(t_f + T_B - T_W) idle per rank, T_W = t_b/2 (Qi et al. 2023)"
-    return (f"Closed form ({formula}): <b>{b.of_ideal:.1%}</b> of ideal compute time, "
-            f"<b>{b.of_total:.1%}</b> of total time. Simulated timeline: ranks idle "
-            f"{r.simulated_of_total:.1%} of the step on average (makespan {tl.makespan:g} t_f). "
-            f"Peak micro-batches in flight per rank (activation memory): "
-            f"{list(tl.peak_in_flight)}.")
+    return (
+        f"Closed form ({formula}): <b>{b.of_ideal:.1%}</b> of ideal compute time, "
+        f"<b>{b.of_total:.1%}</b> of total time. Simulated timeline: ranks idle "
+        f"{r.simulated_of_total:.1%} of the step on average (makespan {tl.makespan:g} t_f). "
+        f"Peak micro-batches in flight per rank (activation memory): "
+        f"{list(tl.peak_in_flight)}."
+    )
 
 
 class BubbleExplorer(Explorer):

@@ -3,6 +3,7 @@
 A number box keeps the TEXT the learner typed, so "2.5" in a whole-number box reaches the
 explorer's ``validate`` and gets the error box instead of silently becoming 25 (see NumberText).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -30,12 +31,14 @@ class NumberText(widgets.Text):
     """
 
     # accept numbers from code too (converted to text by _coerce); the browser sees a string
-    value = Union([Unicode(), Int(), Float()], default_value="",
-                  help="the text in the box").tag(sync=True)
+    value = Union([Unicode(), Int(), Float()], default_value="", help="the text in the box").tag(
+        sync=True
+    )
 
     def __init__(self, description: str, value: float, whole: bool) -> None:
-        super().__init__(description=description, value=_as_text(value),
-                         continuous_update=False)  # commit on Enter / leaving the box
+        super().__init__(
+            description=description, value=_as_text(value), continuous_update=False
+        )  # commit on Enter / leaving the box
         self.whole = whole
 
     @validate("value")
@@ -71,4 +74,3 @@ def float_text(description: str, value: float) -> NumberText:
 
 def checkbox(description: str, value: bool) -> widgets.Checkbox:
     return widgets.Checkbox(description=description, value=value, indent=False)
-

@@ -5,11 +5,13 @@ draws the whole figure from scratch and rasterises it (0.4-0.7 s per change in h
 2 cores). ``LivePlot`` is a tiny anywidget (its module is about 1.2 KB, against plotly's 5 MB, so on
 a normal page it loads within anywidget's 2-second window; on a page too slow for that, the model is
 replaced: ``LivePlot._on_view_message``) that holds the figure's JSON. When its view finds the graph
-the Output drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports ``live``; from
+the Output drew and plotly's own ``window.Plotly`` (set by the JupyterLab renderer), it reports
+``live``; from
 then on a change only updates ``plot.figure`` and the view calls ``Plotly.react`` on that graph,
 which redraws only what changed. Until then, or where no such page exists (papermill, nbval, VS
 Code, an anywidget that never loaded), the Output path runs as before, so the figure is never blank.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +26,9 @@ import traitlets
 Spec = dict[str, Any]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-MAX_RENEWALS = 4  # fresh models for one explorer after the page dropped a model's messages (_base.py)
+MAX_RENEWALS = (
+    4  # fresh models for one explorer after the page dropped a model's messages (_base.py)
+)
 
 
 def figure_json(spec: Spec, template: bool = True) -> str | None:
@@ -38,7 +42,9 @@ def figure_json(spec: Spec, template: bool = True) -> str | None:
         return None
     if template:
         layout = dict(layout, template=default_template())
-    return json.dumps({"data": spec["data"], "layout": layout}, default=_plain, separators=(",", ":"))
+    return json.dumps(
+        {"data": spec["data"], "layout": layout}, default=_plain, separators=(",", ":")
+    )
 
 
 _TEMPLATES: dict[str, Any] = {}
@@ -48,7 +54,9 @@ def default_template() -> dict[str, Any]:
     """plotly's default template (pio.templates.default) as plotly.js JSON, made once."""
     name = pio.templates.default
     if name not in _TEMPLATES:
-        _TEMPLATES[name] = json.loads(pio.to_json(go.Figure(), validate=False))["layout"].get("template", {})
+        _TEMPLATES[name] = json.loads(pio.to_json(go.Figure(), validate=False))["layout"].get(
+            "template", {}
+        )
     return _TEMPLATES[name]
 
 
@@ -63,8 +71,11 @@ def _plain(value: Any) -> Any:
 def figure_output(figure: dict[str, Any], title: str) -> dict[str, Any]:
     """One notebook output (display_data) that JupyterLab draws with plotly's mime renderer,
     from the figure (``LivePlot.full()``); text/plain says what it is where no renderer exists."""
-    return {"output_type": "display_data", "metadata": {},
-            "data": {PLOTLY_MIME: figure, "text/plain": f"<plotly figure: {title}>"}}
+    return {
+        "output_type": "display_data",
+        "metadata": {},
+        "data": {PLOTLY_MIME: figure, "text/plain": f"<plotly figure: {title}>"},
+    }
 
 
 class LivePlot(anywidget.AnyWidget):
@@ -81,11 +92,14 @@ class LivePlot(anywidget.AnyWidget):
                           return box && box.querySelector('.js-plotly-plot'); };
     function render({ model, el }) {
       let live = false, stopped = false, tries = 0, templateText = null, template;
-      const note = event => {  // the view's last events, seconds since page load (read by tests/test_browser.py)
+      const note = event => {  // the view's last events, seconds since page load (read by
+      tests/test_browser.py)
         const log = (el.dataset.labLiveLog || '').split(' ').filter(Boolean).slice(-11);
-        el.dataset.labLiveLog = [...log, `${event}@${(performance.now() / 1000).toFixed(1)}`].join(' ');
+        el.dataset.labLiveLog = [...log, `${event}@${(performance.now() /
+        1000).toFixed(1)}`].join(' ');
       };
-      const report = value => {  // to Python, and on the element for a page to read (tests/test_browser.py)
+      const report = value => {  // to Python, and on the element for a page to read
+      (tests/test_browser.py)
         live = value; el.dataset.labLive = value ? 'live' : 'waiting';
         note(value ? 'live' : 'lost');
         model.set('live', value); model.save_changes();
@@ -95,12 +109,14 @@ class LivePlot(anywidget.AnyWidget):
         const gd = graph(el);
         const missing = !gd ? 'graph' : !gd._fullLayout ? 'drawn graph' : !window.Plotly ? 'Plotly'
                         : !model.get('figure') ? 'figure' : '';
-        el.dataset.labLiveMissing = missing;  // what a waiting view still lacks (tests/test_browser.py)
+        el.dataset.labLiveMissing = missing;  // what a waiting view still lacks
+        (tests/test_browser.py)
         if (missing === 'figure' && tries % 20 === 0) {  // see LivePlot._on_view_message
           note('no-figure'); model.send({ type: 'no-figure' });
         }
         if (missing) return false;
-        try {  // timed for the browser test's latency breakdown (data-lab-live-cost: parse, react ms)
+        try {  // timed for the browser test's latency breakdown (data-lab-live-cost: parse, react
+        ms)
           const t0 = performance.now(), fig = JSON.parse(model.get('figure'));
           if (model.get('template') !== templateText) {
             templateText = model.get('template');
@@ -116,7 +132,8 @@ class LivePlot(anywidget.AnyWidget):
           return false;
         }
       };
-      const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once a second)
+      const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once
+      a second)
         if (stopped) return;
         if (draw()) { report(true); return; }
         setTimeout(watch, ++tries < 300 ? 100 : 1000);
@@ -152,7 +169,8 @@ class LivePlot(anywidget.AnyWidget):
         return fig
 
     def _on_view_message(self, _widget: "LivePlot", content: Any, _buffers: list) -> None:
-        """A view reports that it has no figure, though Python set one right after opening the model.
+        """A view reports that it has no figure, though Python set one right after opening the
+        model.
 
         The first report may only mean the update is still on its way: it is sent again. A second
         one (about 2 s of the view's polling later) means the page drops this model's messages.
@@ -162,14 +180,17 @@ class LivePlot(anywidget.AnyWidget):
         update or custom message ever reaches it. A page busy drawing six figures under 20x CPU
         throttling hits that for most of its LivePlots. Such a model can never redraw in place:
         ``deaf`` tells the owner (``_base.Explorer``), which replaces it with a fresh model."""
-        if not (isinstance(content, dict) and content.get("type") == "no-figure") or not self.figure:
+        if (
+            not (isinstance(content, dict) and content.get("type") == "no-figure")
+            or not self.figure
+        ):
             return
-        if self.live:  # a report sent before the resent figure arrived, handled after the view went live
+        if (
+            self.live
+        ):  # a report sent before the resent figure arrived, handled after the view went live
             return
         self._no_figure_reports += 1
         if self._no_figure_reports == 1:
             self.send_state("figure")
         else:
             self.deaf = True
-
-

@@ -4,6 +4,7 @@ A thin view over ``calc.plan`` / ``calc.best_per_layout``: every number in the t
 chart is a field of a ``calc.Plan`` (memory per GPU of the fullest stage, step-time parts,
 bubble, MFU, problems). The planner's model is first-order; see ``calc.planner``.
 """
+
 from __future__ import annotations
 
 import html
@@ -12,12 +13,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
-from lab_utils.calc import (DEVICES, GB, LINKS, PRESETS, Cluster, ModelConfig, Plan,
-                            best_per_layout, plan)
+from lab_utils.calc import (
+    DEVICES,
+    GB,
+    LINKS,
+    PRESETS,
+    Cluster,
+    ModelConfig,
+    Plan,
+    best_per_layout,
+    plan,
+)
 from lab_utils.calc._check import boolean, choice, number, pos_int
 from lab_utils.viz._base import Explorer, Spec
 from lab_utils.viz.controls import checkbox, dropdown, float_text, int_text
+from lab_utils.viz.style import FIGURE_WIDTH, LEGEND_BESIDE
 
 MAX_WORLD = 65_536
 N_CONTRAST = 3  # infeasible layouts listed after the feasible ones, to show why they fail
@@ -37,33 +47,52 @@ class PlannerState:
 
 def validate(values: dict[str, Any]) -> PlannerState:
     choice("model", values["model"], list(PRESETS))
-    for label, key in (("GPUs per node", "gpus_per_node"), ("nodes", "n_nodes"),
-                       ("global batch (sequences)", "global_batch"), ("seq len", "seq_len"),
-                       ("rows shown", "top_k")):
+    for label, key in (
+        ("GPUs per node", "gpus_per_node"),
+        ("nodes", "n_nodes"),
+        ("global batch (sequences)", "global_batch"),
+        ("seq len", "seq_len"),
+        ("rows shown", "top_k"),
+    ):
         pos_int(label, values[key])
     world = values["gpus_per_node"] * values["n_nodes"]
     if world > MAX_WORLD:
         raise ValueError(f"{world} GPUs is more than this planner enumerates ({MAX_WORLD})")
-    for label, key, hi in (("GPU memory (GB)", "gpu_mem_gb", 1e5),
-                           ("compute efficiency", "efficiency", 1)):
+    for label, key, hi in (
+        ("GPU memory (GB)", "gpu_mem_gb", 1e5),
+        ("compute efficiency", "efficiency", 1),
+    ):
         number(label, values[key], 0, hi, lo_open=True, expected=f"a number in (0, {hi:g}]")
     choice("device", values["device"], list(DEVICES))
     choice("intra_link", values["intra_link"], list(LINKS))
     choice("inter_link", values["inter_link"], list(LINKS))
     boolean("per_layout", values["per_layout"])
     dev = DEVICES[values["device"]]
-    cluster = Cluster(values["gpus_per_node"], values["n_nodes"], values["gpu_mem_gb"] * GB,
-                      LINKS[values["intra_link"]].bytes_per_s,
-                      LINKS[values["inter_link"]].bytes_per_s, dev.peak_flops,
-                      name=f"{values['n_nodes']} x {values['gpus_per_node']} {dev.name}")
-    return PlannerState(values["model"], PRESETS[values["model"]], cluster,
-                        values["global_batch"], values["seq_len"], values["top_k"],
-                        bool(values["per_layout"]), float(values["efficiency"]))
+    cluster = Cluster(
+        values["gpus_per_node"],
+        values["n_nodes"],
+        values["gpu_mem_gb"] * GB,
+        LINKS[values["intra_link"]].bytes_per_s,
+        LINKS[values["inter_link"]].bytes_per_s,
+        dev.peak_flops,
+        name=f"{values['n_nodes']} x {values['gpus_per_node']} {dev.name}",
+    )
+    return PlannerState(
+        values["model"],
+        PRESETS[values["model"]],
+        cluster,
+        values["global_batch"],
+        values["seq_len"],
+        values["top_k"],
+        bool(values["per_layout"]),
+        float(values["efficiency"]),
+    )
 
 
 @lru_cache(maxsize=16)  # calc.plan is pure; table-only controls then cost nothing
-def _plans(cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int,
-           efficiency: float) -> tuple[Plan, ...]:
+def _plans(
+    cfg: ModelConfig, cluster: Cluster, global_batch: int, seq_len: int, efficiency: float
+) -> tuple[Plan, ...]:
     return tuple(plan(cfg, cluster, global_batch, seq_len, compute_efficiency=efficiency))
 
 
@@ -87,7 +116,7 @@ def candidates(st: PlannerState) -> list[Plan]:
         if kind not in seen:
             seen.add(kind)
             bad.append(p)
-    return good[:st.top_k] + bad
+    return good[: st.top_k] + bad
 
 
 def _label(i: int, p: Plan) -> str:
@@ -103,17 +132,40 @@ def figure_spec(st: PlannerState) -> Spec:
     data: list[dict[str, Any]] = []
 
     def bar(name: str, ys: list[float], color: str, axis: str, unit: str) -> None:
-        data.append(dict(type="bar", name=name, x=xs, y=ys, xaxis=f"x{axis}",
-                         yaxis=f"y{axis}", marker=dict(color=color, opacity=fade),
-                         hovertemplate=f"%{{x}}<br>{name}: %{{y:.3g}} {unit}<extra></extra>"))
+        data.append(
+            dict(
+                type="bar",
+                name=name,
+                x=xs,
+                y=ys,
+                xaxis=f"x{axis}",
+                yaxis=f"y{axis}",
+                marker=dict(color=color, opacity=fade),
+                hovertemplate=f"%{{x}}<br>{name}: %{{y:.3g}} {unit}<extra></extra>",
+            )
+        )
 
     bar("model state", [p.model_state.total / GB for p in rows], "#4C78A8", "", "GB")
-    bar("activations + buffers", [(p.memory_bytes - p.model_state.total) / GB for p in rows],
-        "#54A24B", "", "GB")
-    data.append(dict(type="scatter", mode="lines", name="GPU memory", x=xs,
-                     y=[st.cluster.gpu_mem_bytes / GB] * len(xs), xaxis="x", yaxis="y",
-                     line=dict(color="black", dash="dash"),
-                     hovertemplate="GPU memory %{y:.0f} GB<extra></extra>"))
+    bar(
+        "activations + buffers",
+        [(p.memory_bytes - p.model_state.total) / GB for p in rows],
+        "#54A24B",
+        "",
+        "GB",
+    )
+    data.append(
+        dict(
+            type="scatter",
+            mode="lines",
+            name="GPU memory",
+            x=xs,
+            y=[st.cluster.gpu_mem_bytes / GB] * len(xs),
+            xaxis="x",
+            yaxis="y",
+            line=dict(color="black", dash="dash"),
+            hovertemplate="GPU memory %{y:.0f} GB<extra></extra>",
+        )
+    )
     busy = [p.compute_s + p.tp_comm_s + p.pp_comm_s for p in rows]
     bar("compute", [p.compute_s for p in rows], "#72B7B2", "2", "s")
     bar("TP comm", [p.tp_comm_s for p in rows], "#B279A2", "2", "s")
@@ -121,14 +173,20 @@ def figure_spec(st: PlannerState) -> Spec:
     bar("bubble", [b * p.bubble for b, p in zip(busy, rows)], "#BAB0AC", "2", "s")
     bar("DP sync", [p.dp_comm_s for p in rows], "#E45756", "2", "s")
     layout = dict(
-        barmode="stack", width=FIGURE_WIDTH, height=420, margin=dict(l=60, r=20, t=60, b=110),
-        title=dict(text=f"{st.cfg.name} on {st.cluster.world} GPUs ({st.cluster.name}), "
-                   f"batch {st.global_batch} x {st.seq_len} tokens"),
+        barmode="stack",
+        width=FIGURE_WIDTH,
+        height=420,
+        margin=dict(l=60, r=20, t=60, b=110),
+        title=dict(
+            text=f"{st.cfg.name} on {st.cluster.world} GPUs ({st.cluster.name}), "
+            f"batch {st.global_batch} x {st.seq_len} tokens"
+        ),
         xaxis=dict(domain=[0, 0.46], anchor="y", tickangle=-40),
         yaxis=dict(anchor="x", title=dict(text="memory per GPU (GB = 10^9 B)")),
         xaxis2=dict(domain=[0.56, 1.0], anchor="y2", tickangle=-40),
         yaxis2=dict(anchor="x2", title=dict(text="time per step (s)")),
-        legend=dict(LEGEND_BESIDE, font=dict(size=10)))
+        legend=dict(LEGEND_BESIDE, font=dict(size=10)),
+    )
     return {"data": data, "layout": layout}
 
 
@@ -140,26 +198,61 @@ def summary_html(st: PlannerState) -> str:
     """One line of verdict and the ranked table (HTML)."""
     rows = candidates(st)
     n_ok = sum(p.feasible for p in rows)
-    head = ("#", "dp", "tp", "pp", "ZeRO", "micro-batch", "m", "recompute", "memory/GPU (GB)",
-            "step (s)", "comm (s)", "bubble", "MFU", "feasible / reason")
+    head = (
+        "#",
+        "dp",
+        "tp",
+        "pp",
+        "ZeRO",
+        "micro-batch",
+        "m",
+        "recompute",
+        "memory/GPU (GB)",
+        "step (s)",
+        "comm (s)",
+        "bubble",
+        "MFU",
+        "feasible / reason",
+    )
     lines = ["<tr>" + "".join(f"<th style='{_TH}'>{h}</th>" for h in head) + "</tr>"]
     for i, p in enumerate(rows, 1):
-        why = "OK" + ("; " + "; ".join(p.warnings) if p.warnings else "") if p.feasible \
+        why = (
+            "OK" + ("; " + "; ".join(p.warnings) if p.warnings else "")
+            if p.feasible
             else "; ".join(p.problems)
-        cells = (i, p.dp, p.tp, p.pp, p.zero_stage, p.micro_batch, p.n_micro, p.recompute,
-                 f"{p.memory_bytes / GB:.1f}", f"{p.step_s:.2f}",
-                 f"{p.tp_comm_s + p.pp_comm_s + p.dp_comm_s:.2f}", f"{p.bubble:.1%}",
-                 f"{p.mfu:.0%}")
+        )
+        cells = (
+            i,
+            p.dp,
+            p.tp,
+            p.pp,
+            p.zero_stage,
+            p.micro_batch,
+            p.n_micro,
+            p.recompute,
+            f"{p.memory_bytes / GB:.1f}",
+            f"{p.step_s:.2f}",
+            f"{p.tp_comm_s + p.pp_comm_s + p.dp_comm_s:.2f}",
+            f"{p.bubble:.1%}",
+            f"{p.mfu:.0%}",
+        )
         color = "" if p.feasible else "color:#8a1c1c;"
-        lines.append(f"<tr style='{color}'>" + "".join(f"<td style='{_TD}'>{c}</td>"
-                                                      for c in cells)
-                     + f"<td style='padding:2px 8px;text-align:left;max-width:420px'>"
-                     f"{html.escape(why)}</td></tr>")
-    verdict = (f"<b>{n_ok}</b> feasible layout(s) shown, fastest first; the last "
-               f"{len(rows) - n_ok} rows do not fit and say why." if n_ok else
-               "<b>No layout fits</b>: add GPUs, GPU memory, or shrink the batch/sequence.")
-    return (f"{verdict} GB = 10^9 bytes; memory is the fullest pipeline stage.<br>"
-            f"<table style='border-collapse:collapse;font-size:12px'>{''.join(lines)}</table>")
+        lines.append(
+            f"<tr style='{color}'>"
+            + "".join(f"<td style='{_TD}'>{c}</td>" for c in cells)
+            + f"<td style='padding:2px 8px;text-align:left;max-width:420px'>"
+            f"{html.escape(why)}</td></tr>"
+        )
+    verdict = (
+        f"<b>{n_ok}</b> feasible layout(s) shown, fastest first; the last "
+        f"{len(rows) - n_ok} rows do not fit and say why."
+        if n_ok
+        else "<b>No layout fits</b>: add GPUs, GPU memory, or shrink the batch/sequence."
+    )
+    return (
+        f"{verdict} GB = 10^9 bytes; memory is the fullest pipeline stage.<br>"
+        f"<table style='border-collapse:collapse;font-size:12px'>{''.join(lines)}</table>"
+    )
 
 
 class PlannerWidget(Explorer):

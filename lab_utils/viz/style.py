@@ -6,5 +6,6 @@ figure is cut off on the right (its legend first). A legend ABOVE the plot, wher
 covered the title as soon as its entries wrapped to a second row; below the plot it covered the
 axis titles. Beside the plot (plotly reserves the margin it needs) it covers neither.
 """
+
 FIGURE_WIDTH = 840
 LEGEND_BESIDE = dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top")

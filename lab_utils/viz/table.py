@@ -10,6 +10,7 @@ table renders as HTML; anywhere else (and in the notebook's text/plain output, w
 and the static site read) it is aligned text. Numbers: ints with thousands separators, floats
 with 4 significant digits unless ``fmt={"col": "{:.2f}"}`` says otherwise.
 """
+
 from __future__ import annotations
 
 import html
@@ -34,9 +35,14 @@ class Table(ShownOnce):
     """A rendered table: ``str(t)`` is aligned text, ``t._repr_html_()`` the HTML (shown once:
     a cell ending with ``show_table(...)`` does not show it twice)."""
 
-    def __init__(self, rows: Sequence[Mapping[str, Any] | Sequence[Any]],
-                 columns: Sequence[str] | None = None, title: str = "",
-                 fmt: Mapping[str, str] | None = None, units: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        rows: Sequence[Mapping[str, Any] | Sequence[Any]],
+        columns: Sequence[str] | None = None,
+        title: str = "",
+        fmt: Mapping[str, str] | None = None,
+        units: Mapping[str, str] | None = None,
+    ):
         fmt = dict(fmt or {})
         if columns is None:
             columns = []
@@ -45,19 +51,27 @@ class Table(ShownOnce):
                     raise ValueError("rows that are not dicts need columns=[...]")
                 columns += [k for k in row if k not in columns]
         self.columns = list(columns)
-        dict_rows = [row if isinstance(row, Mapping) else dict(zip(self.columns, row)) for row in rows]
+        dict_rows = [
+            row if isinstance(row, Mapping) else dict(zip(self.columns, row)) for row in rows
+        ]
         self.header = [f"{c} ({units[c]})" if units and c in units else c for c in self.columns]
         self.cells = [[_cell(r.get(c), fmt.get(c)) for c in self.columns] for r in dict_rows]
-        self.numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None
-                            for r in dict_rows) for c in self.columns]
+        self.numeric = [
+            all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in dict_rows)
+            for c in self.columns
+        ]
         self.title = title
 
     def __str__(self) -> str:
-        widths = [max([len(h)] + [len(row[i]) for row in self.cells]) for i, h in enumerate(self.header)]
+        widths = [
+            max([len(h)] + [len(row[i]) for row in self.cells]) for i, h in enumerate(self.header)
+        ]
 
         def line(values: list[str]) -> str:
-            return "  ".join(v.rjust(w) if num else v.ljust(w)
-                             for v, w, num in zip(values, widths, self.numeric)).rstrip()
+            return "  ".join(
+                v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, self.numeric)
+            ).rstrip()
+
         out = [self.title] if self.title else []
         out += [line(self.header), "  ".join("-" * w for w in widths)]
         out += [line(row) for row in self.cells]
@@ -67,18 +81,34 @@ class Table(ShownOnce):
 
     def _repr_html_(self) -> str:
         align = ["right" if num else "left" for num in self.numeric]
-        head = "".join(f"<th style='text-align:{a};padding:2px 10px'>{html.escape(h)}</th>"
-                       for h, a in zip(self.header, align))
-        body = "".join("<tr>" + "".join(f"<td style='text-align:{a};padding:2px 10px'>"
-                                        f"{html.escape(v)}</td>" for v, a in zip(row, align))
-                       + "</tr>" for row in self.cells)
-        title = f"<div style='font-weight:600;margin:4px 0'>{html.escape(self.title)}</div>" if self.title else ""
+        head = "".join(
+            f"<th style='text-align:{a};padding:2px 10px'>{html.escape(h)}</th>"
+            for h, a in zip(self.header, align)
+        )
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td style='text-align:{a};padding:2px 10px'>{html.escape(v)}</td>"
+                for v, a in zip(row, align)
+            )
+            + "</tr>"
+            for row in self.cells
+        )
+        title = (
+            f"<div style='font-weight:600;margin:4px 0'>{html.escape(self.title)}</div>"
+            if self.title
+            else ""
+        )
         return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def show_table(rows: Sequence[Mapping[str, Any] | Sequence[Any]], columns: Sequence[str] | None = None,
-               title: str = "", fmt: Mapping[str, str] | None = None,
-               units: Mapping[str, str] | None = None) -> Table:
+def show_table(
+    rows: Sequence[Mapping[str, Any] | Sequence[Any]],
+    columns: Sequence[str] | None = None,
+    title: str = "",
+    fmt: Mapping[str, str] | None = None,
+    units: Mapping[str, str] | None = None,
+) -> Table:
     """Display a table of results (HTML in Jupyter, text elsewhere); returns the Table."""
     table = Table(rows, columns, title, fmt, units)
     if in_notebook():

@@ -3,6 +3,7 @@
 Each check returns the clean value or raises ``ValueError`` naming the argument, the value,
 what was expected and how to fix it (see the package docstring for the coercions refused).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,11 +34,16 @@ def _kind(value: object) -> str:
     return f"{_show(value)} (a {type(value).__name__})"
 
 
-def whole(name: str, value: object, lo: int | None = None, hi: int | None = None,
-          hint: str = "") -> int:
+def whole(
+    name: str, value: object, lo: int | None = None, hi: int | None = None, hint: str = ""
+) -> int:
     """An int (numpy ints too) in [lo, hi]; refuses bools, floats (even 2.0) and strings."""
-    if (type(value) is int and abs(value) <= MAX_MAGNITUDE and (lo is None or value >= lo)
-            and (hi is None or value <= hi)):
+    if (
+        type(value) is int
+        and abs(value) <= MAX_MAGNITUDE
+        and (lo is None or value >= lo)
+        and (hi is None or value <= hi)
+    ):
         return value  # the common, valid case, without building any message
     bound = (f" >= {lo}" if hi is None else f" in {lo}..{hi}") if lo is not None else ""
     what = f"{name} must be a whole number{bound}"
@@ -52,8 +58,10 @@ def whole(name: str, value: object, lo: int | None = None, hi: int | None = None
         raise ValueError(f"{what}, got {_kind(value)}{fix}")
     v = int(value)
     if abs(v) > MAX_MAGNITUDE:
-        raise ValueError(f"{what}, got a {len(str(abs(v)))}-digit number; that is beyond any "
-                         f"real size (> 1e100): check for a typo{fix}")
+        raise ValueError(
+            f"{what}, got a {len(str(abs(v)))}-digit number; that is beyond any "
+            f"real size (> 1e100): check for a typo{fix}"
+        )
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError(f"{what}, got {v}{fix}")
     return v
@@ -71,24 +79,33 @@ def nonneg_int(name: str, value: object, hint: str = "") -> int:
 
 def index(name: str, value: object, n: int, of: str) -> int:
     """A position 0..n-1, e.g. a pipeline stage of ``of`` = "pp=4"."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or \
-            not 0 <= value < n:
-        raise ValueError(f"{name} must be in 0..{n - 1} for {of}, got {_kind(value)}; "
-                         f"{name}s are counted from 0")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < n:
+        raise ValueError(
+            f"{name} must be in 0..{n - 1} for {of}, got {_kind(value)}; {name}s are counted from 0"
+        )
     return int(value)
 
 
-def number(name: str, value: object, lo: float | None = None, hi: float | None = None,
-           lo_open: bool = False, expected: str = "", hint: str = "") -> float:
+def number(
+    name: str,
+    value: object,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    expected: str = "",
+    hint: str = "",
+) -> float:
     """A finite real number (ints allowed) in the given range, returned as float."""
     if (type(value) is float or type(value) is int) and abs(value) <= MAX_MAGNITUDE:
         v = float(value)  # the common, valid case, without building any message (int vs float
-        if ((lo is None or v > lo or (v == lo and not lo_open))
-                and (hi is None or v <= hi)):
+        if (lo is None or v > lo or (v == lo and not lo_open)) and (hi is None or v <= hi):
             return v  # compares exactly, so a huge int never overflows; NaN takes the slow path
     if not expected:
-        expected = "a number" if lo is None else (
-            "a positive number" if lo == 0 and lo_open else f"a number >= {lo:g}")
+        expected = (
+            "a number"
+            if lo is None
+            else ("a positive number" if lo == 0 and lo_open else f"a number >= {lo:g}")
+        )
         if hi is not None:
             expected += f" <= {hi:g}"
     what = f"{name} must be {expected}"
@@ -98,15 +115,20 @@ def number(name: str, value: object, lo: float | None = None, hi: float | None =
             fix = "; a number is needed, not text" + fix
         raise ValueError(f"{what}, got {_kind(value)}{fix}")
     if isinstance(value, numbers.Integral) and abs(int(value)) > MAX_MAGNITUDE:
-        raise ValueError(f"{what}, got a {len(str(abs(int(value))))}-digit number; that is "
-                         f"beyond any real size (> 1e100): check for a typo{fix}")
+        raise ValueError(
+            f"{what}, got a {len(str(abs(int(value))))}-digit number; that is "
+            f"beyond any real size (> 1e100): check for a typo{fix}"
+        )
     v = float(value)
     if math.isnan(v):
-        raise ValueError(f"{what}, got NaN (not a number; computed values turn NaN after "
-                         f"0/0 or inf - inf){fix}")
+        raise ValueError(
+            f"{what}, got NaN (not a number; computed values turn NaN after 0/0 or inf - inf){fix}"
+        )
     if math.isinf(v) or abs(v) > MAX_MAGNITUDE:
-        raise ValueError(f"{what}, got {v!r}: an infinite or absurdly large value (> 1e100) "
-                         f"is a typo or an overflow upstream{fix}")
+        raise ValueError(
+            f"{what}, got {v!r}: an infinite or absurdly large value (> 1e100) "
+            f"is a typo or an overflow upstream{fix}"
+        )
     if lo is not None and (v < lo or (lo_open and v == lo)):
         raise ValueError(f"{what}, got {_show(value)}{fix}")
     if hi is not None and v > hi:
@@ -126,18 +148,23 @@ def nonneg_num(name: str, value: object, hint: str = "") -> float:
 
 def fraction(name: str, value: object, hint: str = "") -> float:
     """A number in [0, 1] (e.g. a serial fraction, an MFU); 5% is 0.05."""
-    return number(name, value, 0, 1, expected="a fraction between 0 and 1",
-                  hint=hint or "write 5% as 0.05")
+    return number(
+        name, value, 0, 1, expected="a fraction between 0 and 1", hint=hint or "write 5% as 0.05"
+    )
 
 
 def boolean(name: str, value: object) -> bool:
     """True or False (numpy bools too); refuses 'no', 0, 1 and None."""
     if value is True or value is False or type(value).__name__ == "bool_":
         return bool(value)
-    raise ValueError(f"{name} must be True or False, got {_kind(value)}; "
-                     + ("a non-empty string such as 'no' counts as True in Python, so "
-                        "pass the bool itself" if isinstance(value, str) else
-                        "pass the bool itself (0/1 and None are not accepted)"))
+    raise ValueError(
+        f"{name} must be True or False, got {_kind(value)}; "
+        + (
+            "a non-empty string such as 'no' counts as True in Python, so pass the bool itself"
+            if isinstance(value, str)
+            else "pass the bool itself (0/1 and None are not accepted)"
+        )
+    )
 
 
 def choice(name: str, value: object, options: Iterable[object]) -> Any:
@@ -153,8 +180,10 @@ def int_choice(name: str, value: object, options: Sequence[int], meaning: str = 
     """A whole number from ``options`` (e.g. a ZeRO stage 0..3)."""
     v = whole(name, value, hint=meaning)
     if v not in options:
-        raise ValueError(f"{name} must be {', '.join(map(str, options[:-1]))} or {options[-1]}"
-                         f"{f' ({meaning})' if meaning else ''}, got {v}")
+        raise ValueError(
+            f"{name} must be {', '.join(map(str, options[:-1]))} or {options[-1]}"
+            f"{f' ({meaning})' if meaning else ''}, got {v}"
+        )
     return v
 
 
@@ -168,16 +197,17 @@ def text(name: str, value: object) -> str:
 def instance(name: str, value: object, cls: type, example: str) -> Any:
     """An object of class ``cls``; ``example`` shows how to make one."""
     if not isinstance(value, cls):
-        raise ValueError(f"{name} must be a {cls.__name__} (e.g. {example}), got "
-                         f"{_kind(value)}")
+        raise ValueError(f"{name} must be a {cls.__name__} (e.g. {example}), got {_kind(value)}")
     return value
 
 
-def sequence(name: str, value: object, each: Callable[[str, object], Any],
-             min_len: int = 0) -> list:
+def sequence(
+    name: str, value: object, each: Callable[[str, object], Any], min_len: int = 0
+) -> list:
     """A list, tuple (or numpy array, range) whose every element passes ``each``."""
-    if isinstance(value, (str, bytes, dict, set, frozenset)) or \
-            not (hasattr(value, "__iter__") and hasattr(value, "__len__")):
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not (
+        hasattr(value, "__iter__") and hasattr(value, "__len__")
+    ):
         raise ValueError(f"{name} must be a list or tuple, got {_kind(value)}")
     if len(value) < min_len:
         raise ValueError(f"{name} needs at least {min_len} values, got {len(value)}")
@@ -197,9 +227,12 @@ ZERO_STAGES = (0, 1, 2, 3)  # 0 = plain DDP; 1 shards optimizer state, 2 + gradi
 def zero_stage(stage: object) -> int:
     """A ZeRO stage 0..3 (Rajbhandari et al. 2020): THE check, used by every calculator,
     widget and technique that takes a stage (``calc.zero_stage``). Labs 01, 05, 08, 09, 12."""
-    return int_choice("zero_stage", stage, ZERO_STAGES,
-                      "0 = plain DDP, 1 = optimizer state sharded, 2 = + gradients, "
-                      "3 = + weights")
+    return int_choice(
+        "zero_stage",
+        stage,
+        ZERO_STAGES,
+        "0 = plain DDP, 1 = optimizer state sharded, 2 = + gradients, 3 = + weights",
+    )
 
 
 def flop_rate(name: str, value: object, unit: str = "FLOP/s") -> float:
@@ -209,15 +242,23 @@ def flop_rate(name: str, value: object, unit: str = "FLOP/s") -> float:
     v = pos_num(name, value)
     flops = v * (1e12 if unit == "TFLOP/s" else 1.0)
     if flops < 1e9:
-        fix = (f"it looks like TFLOP/s: {name} is in FLOP/s, so write {v:g}e12 for {v:g} "
-               "TFLOP/s" if unit == "FLOP/s" else "check the unit")
-        raise ValueError(f"{name}={v:g} {unit} is below 1 GFLOP/s, slower than any "
-                         f"accelerator; {fix}")
+        fix = (
+            f"it looks like TFLOP/s: {name} is in FLOP/s, so write {v:g}e12 for {v:g} TFLOP/s"
+            if unit == "FLOP/s"
+            else "check the unit"
+        )
+        raise ValueError(
+            f"{name}={v:g} {unit} is below 1 GFLOP/s, slower than any accelerator; {fix}"
+        )
     if flops > 1e17:
-        fix = (f"it looks like FLOP/s: {name} is in TFLOP/s, so write {v / 1e12:g} for "
-               f"{v:g} FLOP/s" if unit == "TFLOP/s" else "check for a typo")
-        raise ValueError(f"{name}={v:g} {unit} is above 100 PFLOP/s per GPU, faster than any "
-                         f"accelerator; {fix}")
+        fix = (
+            f"it looks like FLOP/s: {name} is in TFLOP/s, so write {v / 1e12:g} for {v:g} FLOP/s"
+            if unit == "TFLOP/s"
+            else "check for a typo"
+        )
+        raise ValueError(
+            f"{name}={v:g} {unit} is above 100 PFLOP/s per GPU, faster than any accelerator; {fix}"
+        )
     return v
 
 
@@ -226,8 +267,10 @@ def _not_giga(name: str, value: object, floor: float, unit: str, below: str) -> 
     v = pos_num(name, value)
     if v < floor:
         giga = unit.replace("bytes", "GB")
-        raise ValueError(f"{name}={v:g} {unit} is below {below}; it looks like {giga}: {name} "
-                         f"is in {unit}, so write {v:g}e9 for {v:g} {giga}")
+        raise ValueError(
+            f"{name}={v:g} {unit} is below {below}; it looks like {giga}: {name} "
+            f"is in {unit}, so write {v:g}e9 for {v:g} {giga}"
+        )
     return v
 
 

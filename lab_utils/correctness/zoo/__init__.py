@@ -15,6 +15,7 @@ its op and every fixed version is clean.
     registry.py    Bug (name, source, expected op, buggy, fixed) and BUGS
     table.py       run_zoo: bisect every case, the table, the verdicts
 """
+
 from lab_utils.correctness.zoo.registry import BUGS, Bug
 from lab_utils.correctness.zoo.table import ZooRow, main, run_zoo
 

@@ -11,6 +11,7 @@ context_variants.allgather_kv_attention) and apply the document mask.
 The model: emb -> qkv -> attn -> proj -> head, one attention layer, 2 heads; 4 CP ranks hold 4
 consecutive positions each of a 16-token row with documents of 5, 7 and 4 tokens.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -87,11 +88,16 @@ def gathered_kernel(q, k, v, group, rank: int):
     """The fix: all-gather K and V over the CP group, mask by document for MY positions.
     Backward: the gathered K / V gradients are reduce-scattered back (gather_from_sequence)."""
     B, H, Tc, hd = q.shape
-    k_all, v_all = (gather_from_sequence(t.transpose(1, 2).reshape(B, Tc, H * hd), group)
-                    .view(B, -1, H, hd).transpose(1, 2) for t in (k, v))  # (B, H, T, hd)
+    k_all, v_all = (
+        gather_from_sequence(t.transpose(1, 2).reshape(B, Tc, H * hd), group)
+        .view(B, -1, H, hd)
+        .transpose(1, 2)
+        for t in (k, v)
+    )  # (B, H, T, hd)
     rows = torch.arange(rank * Tc, (rank + 1) * Tc)
-    return F.scaled_dot_product_attention(q, k_all, v_all,
-                                          attn_mask=document_mask(rows, torch.arange(LENGTH)))
+    return F.scaled_dot_product_attention(
+        q, k_all, v_all, attn_mask=document_mask(rows, torch.arange(LENGTH))
+    )
 
 
 def cp_reference(rec: Recorder) -> None:
@@ -106,8 +112,11 @@ def cp_reference(rec: Recorder) -> None:
 
 def cp_step(env: RankEnv, rec: Recorder, document_aware: bool) -> None:
     group = env.group((CP,))
-    kernel = (partial(gathered_kernel, group=group, rank=env.rank) if document_aware
-              else partial(ring_attention, group=group, causal=True))  # the bug: causal only
+    kernel = (
+        partial(gathered_kernel, group=group, rank=env.rank)
+        if document_aware
+        else partial(ring_attention, group=group, causal=True)
+    )  # the bug: causal only
     model = PackedLM(kernel)
     rec.watch(model, Layout(CP, (Shard(1),)))  # every activation: (B, T/N, ...) chunks
     x, y = (t.chunk(WORLD, dim=1)[env.rank] for t in packed_batch())
@@ -119,8 +128,18 @@ def cp_step(env: RankEnv, rec: Recorder, document_aware: bool) -> None:
 
 
 def cases() -> list[tuple[str, str, str, Case, Case]]:
-    cp = partial(Case, world_size=WORLD, reduction_size=ROWS * LENGTH + 6 * WIDTH + WORLD,
-                 reference=cp_reference)
-    return [("cp_packed_docs", "axolotl-ai-cloud/axolotl#3608", "forward attn",
-             cp(name="cp_packed_docs", step=partial(cp_step, document_aware=False)),
-             cp(name="cp_packed_docs (fixed)", step=partial(cp_step, document_aware=True)))]
+    cp = partial(
+        Case,
+        world_size=WORLD,
+        reduction_size=ROWS * LENGTH + 6 * WIDTH + WORLD,
+        reference=cp_reference,
+    )
+    return [
+        (
+            "cp_packed_docs",
+            "axolotl-ai-cloud/axolotl#3608",
+            "forward attn",
+            cp(name="cp_packed_docs", step=partial(cp_step, document_aware=False)),
+            cp(name="cp_packed_docs (fixed)", step=partial(cp_step, document_aware=True)),
+        )
+    ]

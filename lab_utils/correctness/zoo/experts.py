@@ -15,6 +15,7 @@ owner (an EP layout: one rank), the router's from every rank. Capacity is off (n
 per-rank and the global routing are the same and only the balance loss can differ. The step's
 objective: mean(y^2) + AUX_WEIGHT * balance loss.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -67,6 +68,7 @@ def moe_step(env: RankEnv, rec: Recorder, global_batch: bool) -> None:
         if len(parts) > 2 and parts[1] == "experts":
             return Layout((int(parts[2]) // n_local,), (Replicate(),))
         return Layout(EP, (Shard(0),))
+
     rec.watch(moe, layout, prefix="moe.", rename=rename)
     out = moe(moe_tokens().chunk(WORLD)[env.rank])
     if global_batch:
@@ -86,14 +88,27 @@ def moe_step(env: RankEnv, rec: Recorder, global_batch: bool) -> None:
     if op == dist.ReduceOp.AVG:  # an expert's gradient already SUMS every rank's tokens (the
         for p in moe.experts.parameters():  # all-to-all's backward): the mean convention
             p.grad /= WORLD  # divides it by the ranks, as AVG does for the router
-    rec.grads(moe, lambda n: layout(n) if ".experts." in n else replicated(EP), prefix="moe.",
-              rename=rename)
+    rec.grads(
+        moe,
+        lambda n: layout(n) if ".experts." in n else replicated(EP),
+        prefix="moe.",
+        rename=rename,
+    )
 
 
 def cases() -> list[tuple[str, str, str, Case, Case]]:
-    moe = partial(Case, world_size=WORLD, reduction_size=TOKENS + HIDDEN + 2 * WIDTH + WORLD,
-                  reference=moe_reference)
-    return [("moe_aux_per_rank", "arXiv:2501.11873 (Qiu et al. 2025)",
-             "value load_balancing_loss",
-             moe(name="moe_aux_per_rank", step=partial(moe_step, global_batch=False)),
-             moe(name="moe_aux_per_rank (fixed)", step=partial(moe_step, global_batch=True)))]
+    moe = partial(
+        Case,
+        world_size=WORLD,
+        reduction_size=TOKENS + HIDDEN + 2 * WIDTH + WORLD,
+        reference=moe_reference,
+    )
+    return [
+        (
+            "moe_aux_per_rank",
+            "arXiv:2501.11873 (Qiu et al. 2025)",
+            "value load_balancing_loss",
+            moe(name="moe_aux_per_rank", step=partial(moe_step, global_batch=False)),
+            moe(name="moe_aux_per_rank (fixed)", step=partial(moe_step, global_batch=True)),
+        )
+    ]

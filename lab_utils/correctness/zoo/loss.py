@@ -12,6 +12,7 @@ accum_undivided  Gradient accumulation over K micro-batches without dividing eac
                  learning rate is K times too big; nanoGPT#206 "loss.backward() without first
                  normalizing"; transformers#37197: the loss scaled up by the accumulation steps).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -68,17 +69,31 @@ def accum_step(env: RankEnv, rec: Recorder, padded: bool, how: str) -> None:
 
 def cases() -> list[tuple[str, str, str, Case, Case]]:
     n = reduction_size(WORLD)
-    token = partial(Case, world_size=WORLD, reduction_size=n,
-                    reference=partial(accum_reference, padded=True))
-    plain = partial(Case, world_size=WORLD, reduction_size=n,
-                    reference=partial(accum_reference, padded=False))
+    token = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(accum_reference, padded=True)
+    )
+    plain = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(accum_reference, padded=False)
+    )
     return [
-        ("token_weighted", "pytorch/torchtitan#2206, meta-pytorch/torchtune#1875", "loss",
-         token(name="token_weighted", step=partial(accum_step, padded=True, how="token_mean")),
-         token(name="token_weighted (fixed)",
-               step=partial(accum_step, padded=True, how="global_tokens"))),
-        ("accum_undivided", "karpathy/nanoGPT#206, huggingface/transformers#37197", "loss",
-         plain(name="accum_undivided", step=partial(accum_step, padded=False, how="undivided")),
-         plain(name="accum_undivided (fixed)",
-               step=partial(accum_step, padded=False, how="divided"))),
+        (
+            "token_weighted",
+            "pytorch/torchtitan#2206, meta-pytorch/torchtune#1875",
+            "loss",
+            token(name="token_weighted", step=partial(accum_step, padded=True, how="token_mean")),
+            token(
+                name="token_weighted (fixed)",
+                step=partial(accum_step, padded=True, how="global_tokens"),
+            ),
+        ),
+        (
+            "accum_undivided",
+            "karpathy/nanoGPT#206, huggingface/transformers#37197",
+            "loss",
+            plain(name="accum_undivided", step=partial(accum_step, padded=False, how="undivided")),
+            plain(
+                name="accum_undivided (fixed)",
+                step=partial(accum_step, padded=False, how="divided"),
+            ),
+        ),
     ]

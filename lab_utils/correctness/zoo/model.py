@@ -6,6 +6,7 @@ can cut: fc1 / fc2 are the Megatron column / row pair, emb and head can be tied,
 emb..act and stage 1 = fc2..head is a 2-stage pipeline. Dropout draws its mask from float32
 uniforms, so the float64 reference draws the same mask from the same seed.
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,8 +60,9 @@ def batch(rows: int = ROWS, pad_seed: int | None = None) -> tuple[torch.Tensor, 
     tokens = torch.randint(VOCAB, (rows, SEQ + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:].clone()
     if pad_seed is not None:
-        lengths = torch.randint(1, SEQ + 1, (rows,), generator=torch.Generator().manual_seed(
-            pad_seed))
+        lengths = torch.randint(
+            1, SEQ + 1, (rows,), generator=torch.Generator().manual_seed(pad_seed)
+        )
         y[torch.arange(SEQ) >= lengths[:, None]] = PAD  # row i keeps its first lengths[i]
     return x, y
 

@@ -13,6 +13,7 @@ pp_tied_embeddings  emb.weight and head.weight are ONE parameter in the referenc
                     group" (stage 0 and the last stage, same dp index), as Megatron-LM's
                     _allreduce_word_embedding_grads does (NVIDIA/Megatron-LM, finalize_model_grads).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -60,17 +61,29 @@ def pp_reference(rec: Recorder, tied: bool) -> None:
     rec.grads(model)
 
 
-def pp_step(env: RankEnv, rec: Recorder, tied: bool, sync_last_stage: bool = True,
-            sync_embedding: bool = True) -> None:
+def pp_step(
+    env: RankEnv,
+    rec: Recorder,
+    tied: bool,
+    sync_last_stage: bool = True,
+    sync_embedding: bool = True,
+) -> None:
     model = make_model(tied=tied)
     stage, dp_index = divmod(env.rank, 2)
     ranks = STAGES[stage]
     module = Stage(model, STAGE_MODULES[stage])
     rec.watch(module, Layout(ranks, (Shard(0),)))
     x, y = (rows_of(t, dp_index, 2) for t in batch())
-    worker = StageWorker(module, stage, 2, STAGES[0][dp_index] if stage else None,
-                         None if stage else STAGES[1][dp_index], list(x.chunk(MICRO)),
-                         list(y.chunk(MICRO)), (x.shape[0] // MICRO, SEQ, 4 * WIDTH))
+    worker = StageWorker(
+        module,
+        stage,
+        2,
+        STAGES[0][dp_index] if stage else None,
+        None if stage else STAGES[1][dp_index],
+        list(x.chunk(MICRO)),
+        list(y.chunk(MICRO)),
+        (x.shape[0] // MICRO, SEQ, 4 * WIDTH),
+    )
     gpipe(worker)  # all forwards, then all backwards; .grad accumulates over micro-batches
     worker.finish()
     if stage == 1:
@@ -90,17 +103,27 @@ def pp_step(env: RankEnv, rec: Recorder, tied: bool, sync_last_stage: bool = Tru
 
 def cases() -> list[tuple[str, str, str, Case, Case]]:
     n = reduction_size(WORLD)
-    untied = partial(Case, world_size=WORLD, reduction_size=n,
-                     reference=partial(pp_reference, tied=False))
-    tied = partial(Case, world_size=WORLD, reduction_size=n,
-                   reference=partial(pp_reference, tied=True))
+    untied = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(pp_reference, tied=False)
+    )
+    tied = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(pp_reference, tied=True)
+    )
     return [
-        ("pp_missing_dp_sync", "huggingface/picotron PR#3, PR#5", "grad head.weight",
-         untied(name="pp_missing_dp_sync", step=partial(pp_step, tied=False,
-                                                        sync_last_stage=False)),
-         untied(name="pp_missing_dp_sync (fixed)", step=partial(pp_step, tied=False))),
-        ("pp_tied_embeddings", "NVIDIA/Megatron-LM (_allreduce_word_embedding_grads)",
-         "grad emb.weight",
-         tied(name="pp_tied_embeddings", step=partial(pp_step, tied=True, sync_embedding=False)),
-         tied(name="pp_tied_embeddings (fixed)", step=partial(pp_step, tied=True))),
+        (
+            "pp_missing_dp_sync",
+            "huggingface/picotron PR#3, PR#5",
+            "grad head.weight",
+            untied(
+                name="pp_missing_dp_sync", step=partial(pp_step, tied=False, sync_last_stage=False)
+            ),
+            untied(name="pp_missing_dp_sync (fixed)", step=partial(pp_step, tied=False)),
+        ),
+        (
+            "pp_tied_embeddings",
+            "NVIDIA/Megatron-LM (_allreduce_word_embedding_grads)",
+            "grad emb.weight",
+            tied(name="pp_tied_embeddings", step=partial(pp_step, tied=True, sync_embedding=False)),
+            tied(name="pp_tied_embeddings (fixed)", step=partial(pp_step, tied=True)),
+        ),
     ]

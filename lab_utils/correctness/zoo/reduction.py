@@ -10,6 +10,7 @@ zero2_allreduce  a "ZeRO-2" that all-reduces the FULL gradient and then keeps it
               number is right, but it moves 2x the bytes and holds the full gradient, i.e. it
               is ZeRO-1 (nanochat#566). Only the collective count can catch it.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -21,8 +22,7 @@ import torch.nn.functional as F
 from lab_utils.correctness.case import Case, RankEnv
 from lab_utils.correctness.layout import FlatShard, Layout
 from lab_utils.correctness.recorder import Recorder
-from lab_utils.correctness.zoo.model import (batch, dp_layouts, make_model, reduction_size,
-                                             rows_of)
+from lab_utils.correctness.zoo.model import batch, dp_layouts, make_model, reduction_size, rows_of
 from lab_utils.models import lm_loss
 from lab_utils.parallel.backward_tls import without_autograd_context
 from lab_utils.parallel.collectives import all_reduce_flat
@@ -70,7 +70,7 @@ class AllReduceZero2(ZeroOptimizer):
         flat = F.pad(torch.cat([p.grad.flatten() for p in u.params]), (0, u.padded - u.numel))
         dist.all_reduce(flat, op=dist.ReduceOp.AVG, group=self.group)
         size = u.shard.numel()
-        u.shard.grad.add_(flat[self.rank * size:(self.rank + 1) * size])
+        u.shard.grad.add_(flat[self.rank * size : (self.rank + 1) * size])
         for p in u.params:
             p.grad = None
 
@@ -101,13 +101,26 @@ def zero_reference(rec: Recorder) -> None:
 def cases() -> list[tuple[str, str, str, Case, Case]]:
     n = reduction_size(WORLD)
     dp = partial(Case, world_size=WORLD, reference=dp_reference, reduction_size=n)
-    zero = partial(Case, world_size=WORLD, reference=zero_reference, reduction_size=n,
-                   expect=(("all_reduce", DP, 0), ("reduce_scatter", DP, 1)))
+    zero = partial(
+        Case,
+        world_size=WORLD,
+        reference=zero_reference,
+        reduction_size=n,
+        expect=(("all_reduce", DP, 0), ("reduce_scatter", DP, 1)),
+    )
     return [
-        ("sum_vs_avg", "pytorch/pytorch#162338, facebookresearch/dinov3#250", "grad head.weight",
-         dp(name="sum_vs_avg", step=partial(dp_step, op=dist.ReduceOp.SUM)),
-         dp(name="sum_vs_avg (fixed)", step=partial(dp_step, op=dist.ReduceOp.AVG))),
-        ("zero2_allreduce", "karpathy/nanochat#566", "all_reduce on group (0, 1, 2, 3)",
-         zero(name="zero2_allreduce", step=partial(zero2_step, all_reduce=True)),
-         zero(name="zero2_allreduce (fixed)", step=partial(zero2_step, all_reduce=False))),
+        (
+            "sum_vs_avg",
+            "pytorch/pytorch#162338, facebookresearch/dinov3#250",
+            "grad head.weight",
+            dp(name="sum_vs_avg", step=partial(dp_step, op=dist.ReduceOp.SUM)),
+            dp(name="sum_vs_avg (fixed)", step=partial(dp_step, op=dist.ReduceOp.AVG)),
+        ),
+        (
+            "zero2_allreduce",
+            "karpathy/nanochat#566",
+            "all_reduce on group (0, 1, 2, 3)",
+            zero(name="zero2_allreduce", step=partial(zero2_step, all_reduce=True)),
+            zero(name="zero2_allreduce (fixed)", step=partial(zero2_step, all_reduce=False)),
+        ),
     ]

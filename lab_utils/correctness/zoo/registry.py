@@ -1,11 +1,11 @@
 """Every bug of the zoo, with its source and the op the bisector must name (lab 14)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from lab_utils.correctness.case import Case
-from lab_utils.correctness.zoo import (context, experts, loss, pipeline, reduction,
-                                       tensor_parallel)
+from lab_utils.correctness.zoo import context, experts, loss, pipeline, reduction, tensor_parallel
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
 """Bisect every bug of the zoo, buggy and fixed, and print the verdicts (lab 14)."""
+
 from __future__ import annotations
 
 import sys
@@ -31,8 +32,9 @@ def _row(bug: Bug, buggy: BisectReport, fixed: BisectReport) -> ZooRow:
     named = buggy.op or "-"
     detail = str(buggy.divergence) if buggy.divergence else "; ".join(buggy.collective_flags)
     ok = named == bug.expected_op and fixed.verdict == "clean"
-    return ZooRow(bug.name, bug.source, named, bug.expected_op, fixed.verdict, ok, detail,
-                  fixed.worst_ratio)
+    return ZooRow(
+        bug.name, bug.source, named, bug.expected_op, fixed.verdict, ok, detail, fixed.worst_ratio
+    )
 
 
 def run_zoo(bugs: Sequence[Bug] = BUGS, timeout_s: float = 180.0) -> list[ZooRow]:
@@ -55,8 +57,9 @@ def main(names: Sequence[str] = (), details: bool = False) -> int:
     known = {b.name: b for b in BUGS}
     unknown = [n for n in names if n not in known]
     if unknown:
-        print(f"error: no bug named {unknown[0]!r}; the zoo has: {', '.join(known)}",
-              file=sys.stderr)
+        print(
+            f"error: no bug named {unknown[0]!r}; the zoo has: {', '.join(known)}", file=sys.stderr
+        )
         return 2
     rows = run_zoo([known[n] for n in names] if names else BUGS)
     print(format_table(rows))

@@ -18,6 +18,7 @@ clip_local_norm torch.nn.utils.clip_grad_norm_ on TP-sharded gradients sees only
                 replicated gradients tp times). The fix: fsdp.clip_grad_norm_, which sums the
                 sharded squares over the group and counts the replicated ones once.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -32,8 +33,11 @@ from lab_utils.correctness.zoo.model import TinyLM, batch, make_model, reduction
 from lab_utils.models import lm_loss
 from lab_utils.parallel.collectives import all_reduce_flat
 from lab_utils.parallel.fsdp import clip_grad_norm_
-from lab_utils.parallel.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
-                                                seed_tensor_parallel)
+from lab_utils.parallel.tensor_parallel import (
+    ColumnParallelLinear,
+    RowParallelLinear,
+    seed_tensor_parallel,
+)
 
 WORLD = 4
 GRID = ((0, 1), (2, 3))  # dp x tp, tp fastest: rank = 2 dp + tp
@@ -44,6 +48,7 @@ GRAD_SHARD = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1}  # the rest is re
 
 def tp_layouts(grid: tuple) -> tuple:
     """(forward layout by name, grad layout by name, loss layout) for a dp x tp grid."""
+
     def forward(name: str) -> Layout:
         inner = Shard(SHARDED[name]) if name in SHARDED else Replicate()
         return Layout(grid, (Shard(0), inner))
@@ -51,6 +56,7 @@ def tp_layouts(grid: tuple) -> tuple:
     def grad(name: str) -> Layout:
         inner = Shard(GRAD_SHARD[name]) if name in GRAD_SHARD else Replicate()
         return Layout(grid, (Replicate(), inner))
+
     return forward, grad, Layout(grid, (Partial("avg"), Replicate()))
 
 
@@ -73,8 +79,15 @@ def tp_reference(rec: Recorder, p_drop: float = 0.0, clip: bool = False) -> None
         rec.value("clip_grad_norm", torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM))
 
 
-def tp_step(env: RankEnv, rec: Recorder, grid: tuple, tp_groups: tuple, p_drop: float = 0.0,
-            seed_per_rank: bool = False, clip: str = "") -> None:
+def tp_step(
+    env: RankEnv,
+    rec: Recorder,
+    grid: tuple,
+    tp_groups: tuple,
+    p_drop: float = 0.0,
+    seed_per_rank: bool = False,
+    clip: str = "",
+) -> None:
     """One dp x tp step. ``grid`` is the layout the data and the bisector follow;
     ``tp_groups`` the groups the TP layers really use (the bug: the transposed grid)."""
     tp = env.group(tp_groups)
@@ -107,23 +120,46 @@ def cases() -> list[tuple[str, str, str, Case, Case]]:
     n = reduction_size(WORLD)
     grid4 = tp_all = ((0, 1, 2, 3),)  # dp=1 x tp=4: one TP group of all ranks
     mesh = partial(Case, world_size=WORLD, reduction_size=n, reference=tp_reference)
-    drop = partial(Case, world_size=WORLD, reduction_size=n,
-                   reference=partial(tp_reference, p_drop=0.5))
-    clip = partial(Case, world_size=WORLD, reduction_size=n,
-                   reference=partial(tp_reference, clip=True))
+    drop = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(tp_reference, p_drop=0.5)
+    )
+    clip = partial(
+        Case, world_size=WORLD, reduction_size=n, reference=partial(tp_reference, clip=True)
+    )
     return [
-        ("tp_mesh_order", "NVIDIA/Megatron-LM#5754", "forward fc1",
-         mesh(name="tp_mesh_order", step=partial(tp_step, grid=GRID, tp_groups=((0, 2), (1, 3)))),
-         mesh(name="tp_mesh_order (fixed)", step=partial(tp_step, grid=GRID, tp_groups=GRID))),
-        ("tp_dropout_rng", "awslabs/slapo#21, InternLM/InternLM#405", "forward drop",
-         drop(name="tp_dropout_rng", step=partial(tp_step, grid=grid4, tp_groups=tp_all,
-                                                  p_drop=0.5, seed_per_rank=True)),
-         drop(name="tp_dropout_rng (fixed)", step=partial(tp_step, grid=grid4, tp_groups=tp_all,
-                                                          p_drop=0.5))),
-        ("clip_local_norm", "meta-pytorch/torchtune#2420, NVIDIA-NeMo/RL#3788",
-         "value clip_grad_norm",
-         clip(name="clip_local_norm", step=partial(tp_step, grid=GRID, tp_groups=GRID,
-                                                   clip="local")),
-         clip(name="clip_local_norm (fixed)", step=partial(tp_step, grid=GRID, tp_groups=GRID,
-                                                           clip="global"))),
+        (
+            "tp_mesh_order",
+            "NVIDIA/Megatron-LM#5754",
+            "forward fc1",
+            mesh(
+                name="tp_mesh_order", step=partial(tp_step, grid=GRID, tp_groups=((0, 2), (1, 3)))
+            ),
+            mesh(name="tp_mesh_order (fixed)", step=partial(tp_step, grid=GRID, tp_groups=GRID)),
+        ),
+        (
+            "tp_dropout_rng",
+            "awslabs/slapo#21, InternLM/InternLM#405",
+            "forward drop",
+            drop(
+                name="tp_dropout_rng",
+                step=partial(tp_step, grid=grid4, tp_groups=tp_all, p_drop=0.5, seed_per_rank=True),
+            ),
+            drop(
+                name="tp_dropout_rng (fixed)",
+                step=partial(tp_step, grid=grid4, tp_groups=tp_all, p_drop=0.5),
+            ),
+        ),
+        (
+            "clip_local_norm",
+            "meta-pytorch/torchtune#2420, NVIDIA-NeMo/RL#3788",
+            "value clip_grad_norm",
+            clip(
+                name="clip_local_norm",
+                step=partial(tp_step, grid=GRID, tp_groups=GRID, clip="local"),
+            ),
+            clip(
+                name="clip_local_norm (fixed)",
+                step=partial(tp_step, grid=GRID, tp_groups=GRID, clip="global"),
+            ),
+        ),
     ]

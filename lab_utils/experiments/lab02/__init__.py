@@ -8,11 +8,33 @@
 The names of precision.py are importable from here (``lab02.train``); fp8.py and memory.py are
 modules of their own (``from lab_utils.experiments.lab02 import fp8, memory``).
 """
-from lab_utils.experiments.lab02.precision import (OP_GROUPS, TORCH_DTYPES, amp_step,
-                                                   attention_logits, autocast_table, bits_lost,
-                                                   format_rows, forward_dtypes, half_gap,
-                                                   layout_figure, make_data, train)
 
-__all__ = ["TORCH_DTYPES", "format_rows", "layout_figure", "make_data", "train",
-           "attention_logits", "amp_step", "OP_GROUPS", "forward_dtypes", "autocast_table",
-           "bits_lost", "half_gap"]
+from lab_utils.experiments.lab02.precision import (
+    OP_GROUPS,
+    TORCH_DTYPES,
+    amp_step,
+    attention_logits,
+    autocast_table,
+    bits_lost,
+    format_rows,
+    forward_dtypes,
+    half_gap,
+    layout_figure,
+    make_data,
+    train,
+)
+
+__all__ = [
+    "TORCH_DTYPES",
+    "format_rows",
+    "layout_figure",
+    "make_data",
+    "train",
+    "attention_logits",
+    "amp_step",
+    "OP_GROUPS",
+    "forward_dtypes",
+    "autocast_table",
+    "bits_lost",
+    "half_gap",
+]

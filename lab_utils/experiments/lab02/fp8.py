@@ -11,6 +11,7 @@ published peaks). Micikevicius et al. 2022, "FP8 Formats for Deep Learning".
     emulated_matmul(a, b, ...)        FP8-rounded matmul, fp32 accumulate, scales divided out
     model_grads(seed)                 real gradients of a TinyGPT step, the tensors to cast
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -39,10 +40,10 @@ def from_fp8(t8: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
 class CastReport:
     fmt: str
     scale: float
-    saturated: float      # share of values whose |x * scale| > the format's max
-    inf_or_nan: float     # share that came back inf/NaN
-    flushed: float        # share of non-zero values that came back exactly 0 (underflow)
-    rel_error: float      # ||dequant(cast(x)) - x|| / ||x|| over the finite values
+    saturated: float  # share of values whose |x * scale| > the format's max
+    inf_or_nan: float  # share that came back inf/NaN
+    flushed: float  # share of non-zero values that came back exactly 0 (underflow)
+    rel_error: float  # ||dequant(cast(x)) - x|| / ||x|| over the finite values
 
 
 def cast_report(t: torch.Tensor, fmt: str, scale: float = 1.0) -> CastReport:
@@ -51,11 +52,15 @@ def cast_report(t: torch.Tensor, fmt: str, scale: float = 1.0) -> CastReport:
     finite = torch.isfinite(back)
     nonzero = x != 0
     err = (back[finite] - x[finite]).norm() / x[finite].norm().clamp_min(1e-30)
-    top = float_format(fmt).max * (1 + 1e-6)          # amax x (max / amax) may round up a hair
-    return CastReport(fmt, scale, (x.double().abs() * scale > top).float().mean().item(),
-                      (~finite).float().mean().item(),
-                      ((back == 0) & nonzero).float().sum().item() / max(int(nonzero.sum()), 1),
-                      err.item())
+    top = float_format(fmt).max * (1 + 1e-6)  # amax x (max / amax) may round up a hair
+    return CastReport(
+        fmt,
+        scale,
+        (x.double().abs() * scale > top).float().mean().item(),
+        (~finite).float().mean().item(),
+        ((back == 0) & nonzero).float().sum().item() / max(int(nonzero.sum()), 1),
+        err.item(),
+    )
 
 
 class DelayedScaler:
@@ -81,21 +86,33 @@ def current(t: torch.Tensor, fmt: str, margin: int = 0) -> float:
     return current_scale(t.abs().max().item(), float_format(fmt).max, margin)
 
 
-def delayed_vs_current(steps: list[torch.Tensor], fmt: str = "e5m2", history: int = 4) -> list[dict]:
+def delayed_vs_current(
+    steps: list[torch.Tensor], fmt: str = "e5m2", history: int = 4
+) -> list[dict]:
     """Cast a sequence of tensors (one per step) with delayed and with current scaling."""
     scaler, rows = DelayedScaler(fmt, history), []
     for i, t in enumerate(steps):
         _, s_delayed = scaler.cast(t)
         s_now = current(t, fmt)
         d, c = cast_report(t, fmt, s_delayed), cast_report(t, fmt, s_now)
-        rows.append({"step": i, "amax": t.abs().max().item(), "delayed scale": s_delayed,
-                     "current scale": s_now, "delayed: overflowed": d.saturated, "current: overflowed": c.saturated,
-                     "delayed: error": d.rel_error, "current: error": c.rel_error})
+        rows.append(
+            {
+                "step": i,
+                "amax": t.abs().max().item(),
+                "delayed scale": s_delayed,
+                "current scale": s_now,
+                "delayed: overflowed": d.saturated,
+                "current: overflowed": c.saturated,
+                "delayed: error": d.rel_error,
+                "current: error": c.rel_error,
+            }
+        )
     return rows
 
 
-def emulated_matmul(a: torch.Tensor, b: torch.Tensor, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
-                    scaled: bool = True) -> torch.Tensor:
+def emulated_matmul(
+    a: torch.Tensor, b: torch.Tensor, fmt_a: str = "e4m3", fmt_b: str = "e4m3", scaled: bool = True
+) -> torch.Tensor:
     """EMULATION of an FP8 GEMM: a and b rounded to FP8 (with per-tensor current scales, or
     none), multiplied with full fp32 accumulation (the best case: an H800 tensor core keeps about
     14 accumulator bits, DeepSeek-V3 Sec. 3.3.2), scales divided out. (M, K) @ (K, N) -> (M, N)."""
@@ -110,16 +127,29 @@ def matmul_errors(a: torch.Tensor, b: torch.Tensor) -> list[dict]:
 
     def err(c: torch.Tensor) -> float:
         return ((c.double() - ref).norm() / ref.norm()).item()
+
     return [
         {"matmul": "fp32", "how": "measured", "rel. error": err(a @ b)},
-        {"matmul": "bf16 inputs", "how": "measured",
-         "rel. error": err(a.bfloat16().float() @ b.bfloat16().float())},
-        {"matmul": "e4m3 x e4m3, no scaling", "how": "emulated",
-         "rel. error": err(emulated_matmul(a, b, scaled=False))},
-        {"matmul": "e4m3 x e4m3, per-tensor scaling", "how": "emulated",
-         "rel. error": err(emulated_matmul(a, b))},
-        {"matmul": "e4m3 x e5m2, per-tensor scaling", "how": "emulated",
-         "rel. error": err(emulated_matmul(a, b, "e4m3", "e5m2"))},
+        {
+            "matmul": "bf16 inputs",
+            "how": "measured",
+            "rel. error": err(a.bfloat16().float() @ b.bfloat16().float()),
+        },
+        {
+            "matmul": "e4m3 x e4m3, no scaling",
+            "how": "emulated",
+            "rel. error": err(emulated_matmul(a, b, scaled=False)),
+        },
+        {
+            "matmul": "e4m3 x e4m3, per-tensor scaling",
+            "how": "emulated",
+            "rel. error": err(emulated_matmul(a, b)),
+        },
+        {
+            "matmul": "e4m3 x e5m2, per-tensor scaling",
+            "how": "emulated",
+            "rel. error": err(emulated_matmul(a, b, "e4m3", "e5m2")),
+        },
     ]
 
 
@@ -131,8 +161,13 @@ def scaled_mm_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None
     sa, sb = current(a, "e4m3"), current(b, "e4m3")
     a8, b8 = to_fp8(a, "e4m3", sa), to_fp8(b, "e4m3", sb).t().contiguous().t()
     try:
-        return torch._scaled_mm(a8, b8, scale_a=torch.tensor(1 / sa), scale_b=torch.tensor(1 / sb),
-                                out_dtype=torch.float32)
+        return torch._scaled_mm(
+            a8,
+            b8,
+            scale_a=torch.tensor(1 / sa),
+            scale_b=torch.tensor(1 / sb),
+            out_dtype=torch.float32,
+        )
     except (RuntimeError, NotImplementedError):
         return None
 
@@ -152,6 +187,7 @@ def overflow_values() -> list[dict]:
     for fmt, dt in FP8.items():
         top = float_format(fmt).max
         for v in (top, 2 * top, 1e6, float("inf")):
-            rows.append({"format": fmt, "value": v,
-                         "after the cast": torch.tensor(v).to(dt).float().item()})
+            rows.append(
+                {"format": fmt, "value": v, "after the cast": torch.tensor(v).to(dt).float().item()}
+            )
     return rows

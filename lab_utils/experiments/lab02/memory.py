@@ -13,6 +13,7 @@ and hides its tensors from ours. In your own code use ``use_reentrant=False``, t
 PyTorch recommends (it supports keyword arguments, inputs that need no grad, and
 ``torch.autograd.grad``).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,9 +34,9 @@ from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 def attention_core(q, k, v, future):
     """softmax(q k^T / sqrt(hd), causal) v: the part whose (B, H, T, T) tensors Korthikanti et
     al. 2022 recompute selectively (the 5 a s^2 b term). q, k, v: (B, H, T, hd)."""
-    att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])     # (B, H, T, T)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, T)
     att = att.masked_fill(future, float("-inf"))
-    return F.softmax(att, dim=-1) @ v                             # (B, H, T, hd)
+    return F.softmax(att, dim=-1) @ v  # (B, H, T, hd)
 
 
 def attention(attn, x, selective: bool):
@@ -44,9 +45,12 @@ def attention(attn, x, selective: bool):
     B, T, _ = x.shape
     q, k, v = (m(x).view(B, T, -1, attn.head_dim).transpose(1, 2) for m in (attn.q, attn.k, attn.v))
     future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(diagonal=1)
-    y = (checkpoint(attention_core, q, k, v, future, use_reentrant=True) if selective
-         else attention_core(q, k, v, future))
-    return attn.resid_drop(attn.proj(y.transpose(1, 2).reshape(B, T, -1)))   # (B, T, C)
+    y = (
+        checkpoint(attention_core, q, k, v, future, use_reentrant=True)
+        if selective
+        else attention_core(q, k, v, future)
+    )
+    return attn.resid_drop(attn.proj(y.transpose(1, 2).reshape(B, T, -1)))  # (B, T, C)
 
 
 def _run_blocks(blocks, selective, counter, h):
@@ -65,18 +69,18 @@ def forward(model, idx, k: int = 0, selective: bool = False, counter=None):
     blocks = list(model.blocks)
     step = k or len(blocks)
     for i in range(0, len(blocks), step):
-        run_segment = partial(_run_blocks, blocks[i:i + step], selective, counter)
+        run_segment = partial(_run_blocks, blocks[i : i + step], selective, counter)
         x = checkpoint(run_segment, x, use_reentrant=True) if k else run_segment(x)
     return model.head(model.ln_f(x))
 
 
 @dataclass
 class CkptRun:
-    k: int                      # blocks per segment (0: no checkpointing)
-    after_forward: int          # saved bytes held when the forward ends
-    peak: int                   # most saved bytes held at once, backward included
-    block_forwards: int         # block forwards in one step, recomputation included
-    score_bytes: int = 0        # saved by the forward, shaped (B, H, T, T)
+    k: int  # blocks per segment (0: no checkpointing)
+    after_forward: int  # saved bytes held when the forward ends
+    peak: int  # most saved bytes held at once, backward included
+    block_forwards: int  # block forwards in one step, recomputation included
+    score_bytes: int = 0  # saved by the forward, shaped (B, H, T, T)
     times: list = field(default_factory=list)
 
     @property
@@ -93,10 +97,13 @@ def _measure(model, idx, tgt, k, selective, ref_grads) -> tuple[CkptRun, list]:
         loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     for g, r in zip(grads, ref_grads or grads):
-        torch.testing.assert_close(g, r)          # checkpointing never changes the gradients
+        torch.testing.assert_close(g, r)  # checkpointing never changes the gradients
     B, T = idx.shape
-    scores = sum(t["bytes"] for t in acts.tensors[:n_saved]          # kept by the forward
-                 if len(t["shape"]) == 4 and t["shape"][0] == B and t["shape"][2:] == (T, T))
+    scores = sum(
+        t["bytes"]
+        for t in acts.tensors[:n_saved]  # kept by the forward
+        if len(t["shape"]) == 4 and t["shape"][0] == B and t["shape"][2:] == (T, T)
+    )
     return CkptRun(k, after, acts.peak_bytes, counter[0], scores), grads
 
 
@@ -124,8 +131,14 @@ def selective_sweep(model, idx, tgt) -> dict[str, CkptRun]:
     return out
 
 
-def sgd_run(batch: int, lr: float, warmup_steps: int = 0, start_lr: float | None = None,
-            samples: int = 2000, seed: int = 0) -> tuple[list[int], list[float]]:
+def sgd_run(
+    batch: int,
+    lr: float,
+    warmup_steps: int = 0,
+    start_lr: float | None = None,
+    samples: int = 2000,
+    seed: int = 0,
+) -> tuple[list[int], list[float]]:
     """SGD with momentum on the tiny GPT. Warmup as Goyal et al. 2017 (Sec. 2.2, "gradual
     warmup"): the rate starts at ``start_lr`` (their eta, the small-batch rate) and grows by
     the same amount each step to ``lr`` (k eta) after ``warmup_steps``."""
@@ -133,7 +146,9 @@ def sgd_run(batch: int, lr: float, warmup_steps: int = 0, start_lr: float | None
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     start = lr if start_lr is None else start_lr
     seen, losses = [], []
-    for step, (x, y) in enumerate(token_batches(samples // batch, batch, 16, 64, seed=1, noise=0.1)):
+    for step, (x, y) in enumerate(
+        token_batches(samples // batch, batch, 16, 64, seed=1, noise=0.1)
+    ):
         ramp = min(1.0, step / warmup_steps) if warmup_steps else 1.0
         for group in opt.param_groups:
             group["lr"] = start + (lr - start) * ramp

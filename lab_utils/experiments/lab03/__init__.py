@@ -9,12 +9,31 @@
 The names of collectives.py are importable from here (``lab03.ring_trace``); twin.py is a module
 of its own (``from lab_utils.experiments.lab03 import twin``).
 """
-from lab_utils.experiments.lab03.collectives import (WIRE_NUMEL, RingTrace, SendMatrix,
-                                                     WireSample, all_reduce_sweep,
-                                                     collective_before_after, hierarchical_bytes,
-                                                     ring_trace, time_all_reduce,
-                                                     who_sends_to_whom, wire_per_collective)
 
-__all__ = ["WIRE_NUMEL", "RingTrace", "SendMatrix", "WireSample", "all_reduce_sweep",
-           "collective_before_after", "hierarchical_bytes", "ring_trace", "time_all_reduce",
-           "who_sends_to_whom", "wire_per_collective"]
+from lab_utils.experiments.lab03.collectives import (
+    WIRE_NUMEL,
+    RingTrace,
+    SendMatrix,
+    WireSample,
+    all_reduce_sweep,
+    collective_before_after,
+    hierarchical_bytes,
+    ring_trace,
+    time_all_reduce,
+    who_sends_to_whom,
+    wire_per_collective,
+)
+
+__all__ = [
+    "WIRE_NUMEL",
+    "RingTrace",
+    "SendMatrix",
+    "WireSample",
+    "all_reduce_sweep",
+    "collective_before_after",
+    "hierarchical_bytes",
+    "ring_trace",
+    "time_all_reduce",
+    "who_sends_to_whom",
+    "wire_per_collective",
+]

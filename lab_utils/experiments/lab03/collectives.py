@@ -12,6 +12,7 @@ phase, timings (on the clock the rank runs on: wall here, emulated under ``twin.
     hierarchical_bytes(ctx, g)             bytes per rank of each phase of the hierarchical
                                            all-reduce (nodes of g ranks) and of the flat ring
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,9 +26,15 @@ from lab_utils.experiments.common import clock_now
 from lab_utils.parallel import collectives as C
 from lab_utils.parallel.collectives import IMPLEMENTATIONS, ring_all_gather, ring_reduce_scatter
 
-def time_all_reduce(ctx: Any, sizes_bytes: list[int],
-                    impls: tuple[str, ...] | dict[str, Callable] = ("gloo", "ring"),
-                    repeats: int = 5, warmup: int = 1, group: Any = None) -> dict[str, list[float]]:
+
+def time_all_reduce(
+    ctx: Any,
+    sizes_bytes: list[int],
+    impls: tuple[str, ...] | dict[str, Callable] = ("gloo", "ring"),
+    repeats: int = 5,
+    warmup: int = 1,
+    group: Any = None,
+) -> dict[str, list[float]]:
     """Median seconds of one all-reduce per (implementation, size), max over the group's ranks.
 
     ``impls``: names of ``IMPLEMENTATIONS`` or a {name: fn(tensor, group)} dict. Each repetition
@@ -57,9 +64,13 @@ def time_all_reduce(ctx: Any, sizes_bytes: list[int],
     return out
 
 
-def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
-                     impls: tuple[str, ...] = ("gloo", "ring", "parameter_server"),
-                     repeats: int = 5) -> dict[int, dict]:
+def all_reduce_sweep(
+    ctx: Any,
+    sizes_bytes: list[int],
+    group_sizes: list[int],
+    impls: tuple[str, ...] = ("gloo", "ring", "parameter_server"),
+    repeats: int = 5,
+) -> dict[int, dict]:
     """Lab 03's experiment in one launch: for each n in ``group_sizes``, ranks 0..n-1 form a
     group; they count, with a CommLedger, the messages and bytes one all-reduce of
     sizes_bytes[-1] makes this rank send (per implementation, and per phase of the ring), and
@@ -92,8 +103,13 @@ def all_reduce_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
                     ring_all_gather(x, group)
             phases = {ph: ledger.bytes_sent(phase=ph) for ph in ("reduce_scatter", "all_gather")}
             times = time_all_reduce(ctx, sizes_bytes, impls, repeats, group=group)
-            out[n] = {"sends": sends, "bytes": sent, "wire": wire_sent, "phases": phases,
-                      "times": times}
+            out[n] = {
+                "sends": sends,
+                "bytes": sent,
+                "wire": wire_sent,
+                "phases": phases,
+                "times": times,
+            }
         dist.barrier(group=ctx.group)
     return out
 
@@ -119,7 +135,7 @@ def collective_before_after(ctx: Any, n_elems: int | None = None) -> dict[str, d
     shard = torch.empty(per_rank)
     dist.reduce_scatter_tensor(shard, start(), group=ctx.group)  # rank r: sum of chunk r
     out["reduce_scatter"] = {"before": start().tolist(), "after": shard.tolist()}
-    mine = start()[r * per_rank:(r + 1) * per_rank].contiguous()  # rank r owns chunk r
+    mine = start()[r * per_rank : (r + 1) * per_rank].contiguous()  # rank r owns chunk r
     full = torch.empty(n_elems)
     dist.all_gather_into_tensor(full, mine, group=ctx.group)  # every rank: all chunks
     out["all_gather"] = {"before": mine.tolist(), "after": full.tolist()}
@@ -144,10 +160,10 @@ WIRE_NUMEL = 786_432  # 3 MB of float32: divisible by 2, 3, 4, 6, 8; gloo's head
 class WireSample:
     """One collective as this rank saw it: the bytes it sent, three ways (measure/wire.py)."""
 
-    op: str                  # "all_reduce", "reduce_scatter_single", "reduce_scatter (list)", ...
-    formula: float           # the ring formula for this rank (calc.ring_bytes_per_rank)
-    ledger: float            # CommLedger: the ring formula applied to the calls it saw
-    wire: int | None         # WireMeter: what the kernel counted leaving this rank's sockets
+    op: str  # "all_reduce", "reduce_scatter_single", "reduce_scatter (list)", ...
+    formula: float  # the ring formula for this rank (calc.ring_bytes_per_rank)
+    ledger: float  # CommLedger: the ring formula applied to the calls it saw
+    wire: int | None  # WireMeter: what the kernel counted leaving this rank's sockets
     sent_to: dict[int, int]  # wire bytes per peer rank
 
 
@@ -175,18 +191,28 @@ def wire_per_collective(ctx: Any, numel: int = WIRE_NUMEL) -> list[WireSample]:
 
     calls = {  # op -> (the call, ring-formula bytes this rank sends)
         "all_reduce": (lambda: dist.all_reduce(x, group=g), ring("all_reduce")),
-        "reduce_scatter_single": (lambda: dist.reduce_scatter_single(shard, x, group=g),
-                                  ring("reduce_scatter")),
-        "reduce_scatter (list)": (lambda: dist.reduce_scatter(shard, list(x.chunk(n)), group=g),
-                                  ring("reduce_scatter")),
-        "all_gather_single": (lambda: dist.all_gather_single(
-            torch.empty(n * numel, device=ctx.device), x, group=g), ring("all_gather", n * d)),
-        "all_gather (list)": (lambda: dist.all_gather(
-            [torch.empty_like(x) for _ in range(n)], x, group=g), ring("all_gather", n * d)),
+        "reduce_scatter_single": (
+            lambda: dist.reduce_scatter_single(shard, x, group=g),
+            ring("reduce_scatter"),
+        ),
+        "reduce_scatter (list)": (
+            lambda: dist.reduce_scatter(shard, list(x.chunk(n)), group=g),
+            ring("reduce_scatter"),
+        ),
+        "all_gather_single": (
+            lambda: dist.all_gather_single(torch.empty(n * numel, device=ctx.device), x, group=g),
+            ring("all_gather", n * d),
+        ),
+        "all_gather (list)": (
+            lambda: dist.all_gather([torch.empty_like(x) for _ in range(n)], x, group=g),
+            ring("all_gather", n * d),
+        ),
         "broadcast": (lambda: dist.broadcast(x, src=0, group=g), ring("broadcast")),
         "reduce": (lambda: dist.reduce(x, dst=0, group=g), ring("reduce")),
-        "all_to_all": (lambda: dist.all_to_all_single(torch.empty_like(x), x, group=g),
-                       ring("all_to_all")),
+        "all_to_all": (
+            lambda: dist.all_to_all_single(torch.empty_like(x), x, group=g),
+            ring("all_to_all"),
+        ),
         "send/recv": (send_recv, float(d) if r == 0 else 0.0),
         "barrier": (lambda: dist.barrier(group=g), 0.0),
     }
@@ -203,13 +229,14 @@ def wire_per_collective(ctx: Any, numel: int = WIRE_NUMEL) -> list[WireSample]:
 class SendMatrix:
     """Who sends to whom during one all-reduce: matrix[i][j] = wire bytes rank i sent rank j."""
 
-    impl: str                  # "ring" (ours, from send/recv) or "gloo" (dist.all_reduce)
-    tensor_bytes: int          # D
+    impl: str  # "ring" (ours, from send/recv) or "gloo" (dist.all_reduce)
+    tensor_bytes: int  # D
     matrix: list[list[int]]
 
 
-def who_sends_to_whom(ctx: Any, numel: int = WIRE_NUMEL,
-                      impls: tuple[str, ...] = ("ring", "gloo")) -> list[SendMatrix] | None:
+def who_sends_to_whom(
+    ctx: Any, numel: int = WIRE_NUMEL, impls: tuple[str, ...] = ("ring", "gloo")
+) -> list[SendMatrix] | None:
     """One all-reduce of ``numel`` float32 per implementation, each inside a WireMeter; the
     rank x rank matrix of measured bytes, gathered on rank 0 (None on the other ranks).
     Communication besides the all-reduces: a barrier and a gather_object per implementation.
@@ -228,6 +255,7 @@ def who_sends_to_whom(ctx: Any, numel: int = WIRE_NUMEL,
 
 
 # --- The ring, step by step (the diagram of section 2) --------------------------------------
+
 
 @dataclass
 class RingTrace:
@@ -258,12 +286,16 @@ def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
     tensor is checked against ring_all_reduce's. Gathered on rank 0 (None elsewhere).
     Communication: 2(n-1) steps of one chunk each, plus a gather_object per snapshot.
     """
-    from lab_utils.parallel.collectives import (exchange, ring_all_reduce, ring_chunks,
-                                                ring_neighbours)
+    from lab_utils.parallel.collectives import (
+        exchange,
+        ring_all_reduce,
+        ring_chunks,
+        ring_neighbours,
+    )
 
     group = ctx.group
     n, r, right, left = ring_neighbours(group)
-    x = torch.full((n * elems_per_chunk,), float(2 ** r))  # (n * e,): n chunks of e elements
+    x = torch.full((n * elems_per_chunk,), float(2**r))  # (n * e,): n chunks of e elements
     chunks = ring_chunks(x, n)
     steps: list[tuple[str, list, list]] = []
 
@@ -285,7 +317,7 @@ def ring_trace(ctx: Any, elems_per_chunk: int = 2) -> RingTrace | None:
         send_i, recv_i = (r - s) % n, (r - s - 1) % n
         exchange(chunks[send_i], chunks[recv_i], right, left, group)
         snapshot(f"AG step {s}", send_i)
-    y = torch.full_like(x, float(2 ** r))
+    y = torch.full_like(x, float(2**r))
     ring_all_reduce(y, group)
     if not torch.equal(x, y):
         raise AssertionError("the traced schedule differs from ring_all_reduce's result")
@@ -297,6 +329,7 @@ def hierarchical_bytes(ctx: Any, gpus_per_node: int, numel: int = 4096) -> dict[
     "nodes" of ``gpus_per_node``), and in a flat ring over every rank; both checked against
     dist.all_reduce. On one machine every link is loopback: the NODES are a labelling."""
     from lab_utils.measure import CommLedger
+
     intra, inter = C.node_groups(gpus_per_node)
     x = torch.randn(numel, generator=torch.Generator().manual_seed(ctx.rank))
     want = x.clone()

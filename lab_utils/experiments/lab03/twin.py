@@ -13,6 +13,7 @@ exact), the time is the emulated cluster's. gloo's ``dist.all_reduce`` is charge
     node_cluster(n) / nodes_cluster(m, g)  one DGX H100 node of n GPUs; m nodes of g GPUs
     charged_as(real_bytes, charged_bytes)  a Scale that charges a message as a bigger one
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,12 +40,18 @@ def nodes_cluster(nodes: int, gpus_per_node: int, preset: str = PRESET) -> twin.
 def charged_as(real_bytes: float, charged_bytes: float) -> twin.Scale:
     """Charge every message ``charged_bytes / real_bytes`` times its size (the math runs on the
     small buffer; the clock sees the big one)."""
-    return twin.Scale(bytes=charged_bytes / real_bytes,
-                      name=f"a {real_bytes:,.0f}-byte buffer charged as {charged_bytes:.3g} bytes")
+    return twin.Scale(
+        bytes=charged_bytes / real_bytes,
+        name=f"a {real_bytes:,.0f}-byte buffer charged as {charged_bytes:.3g} bytes",
+    )
 
 
-def timed_sweep(ctx: Any, sizes_bytes: list[int], group_sizes: list[int],
-                impls: tuple[str, ...] = ("gloo", "ring")) -> dict[int, dict] | None:
+def timed_sweep(
+    ctx: Any,
+    sizes_bytes: list[int],
+    group_sizes: list[int],
+    impls: tuple[str, ...] = ("gloo", "ring"),
+) -> dict[int, dict] | None:
     """For each n in ``group_sizes`` the first n ranks form a group and time every
     implementation at every size (``time_all_reduce``, one repetition, no warm-up); the other
     ranks wait at a barrier. Rank 0 returns {n: {impl: [seconds per size]}}."""
@@ -62,8 +69,10 @@ def hierarchy_times(ctx: Any, gpus_per_node: int, numel: int) -> dict[str, float
     hierarchical all-reduce (reduce-scatter in the node, ring across nodes, all-gather in the
     node), both built of sends, and ``dist.all_reduce``. Rank 0 returns {way: seconds}."""
     intra, inter = C.node_groups(gpus_per_node)
-    ways = {"one flat ring (sends)": C.ring_all_reduce,
-            "hierarchical (sends)": lambda t, g: C.hierarchical_all_reduce(t, intra, inter),
-            "dist.all_reduce": C.IMPLEMENTATIONS["gloo"]}
+    ways = {
+        "one flat ring (sends)": C.ring_all_reduce,
+        "hierarchical (sends)": lambda t, g: C.hierarchical_all_reduce(t, intra, inter),
+        "dist.all_reduce": C.IMPLEMENTATIONS["gloo"],
+    }
     times = time_all_reduce(ctx, [4 * numel], ways, repeats=1, warmup=0)
     return {way: t[0] for way, t in times.items()} if ctx.rank == 0 else None

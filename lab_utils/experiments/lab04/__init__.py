@@ -13,10 +13,35 @@ are modules of their own (``from lab_utils.experiments.lab04 import details, loc
 Shared rank helpers (this rank's batches, the mean over ranks, SGD written out):
 ``lab_utils/experiments/common.py``.
 """
-from lab_utils.experiments.lab04.ddp import (IMPLS, LR, DDPRun, SweepPoint, bytes_per_step,
-                                             exactness, make_ddp, overlap_fraction, step_timeline,
-                                             step_times, sync_gradients, train_step, uneven_epoch)
 
-__all__ = ["IMPLS", "LR", "DDPRun", "SweepPoint", "bytes_per_step", "exactness", "make_ddp",
-           "overlap_fraction", "step_timeline", "step_times", "sync_gradients", "train_step",
-           "uneven_epoch"]
+from lab_utils.experiments.lab04.ddp import (
+    IMPLS,
+    LR,
+    DDPRun,
+    SweepPoint,
+    bytes_per_step,
+    exactness,
+    make_ddp,
+    overlap_fraction,
+    step_timeline,
+    step_times,
+    sync_gradients,
+    train_step,
+    uneven_epoch,
+)
+
+__all__ = [
+    "IMPLS",
+    "LR",
+    "DDPRun",
+    "SweepPoint",
+    "bytes_per_step",
+    "exactness",
+    "make_ddp",
+    "overlap_fraction",
+    "step_timeline",
+    "step_times",
+    "sync_gradients",
+    "train_step",
+    "uneven_epoch",
+]

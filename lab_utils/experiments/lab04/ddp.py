@@ -1,6 +1,7 @@
 """Lab 04's experiments: data parallelism on real ranks, one small launch per section.
 
-    train_step(ddp, opt, x, y, span)        the training step every experiment runs (shown in the lab)
+    train_step(ddp, opt, x, y, span)        the training step every experiment runs (shown in the
+    lab)
     uneven_epoch(ctx, n_samples, batch)     3: hand-made uneven shards: the job hangs
     exactness(ctx, cfg, batch, steps)       4a: losses and step-0 gradients, float32 and float64
     bytes_per_step(ctx, cfg, batch)         4b: one step's all-reduces: ledger and wire bytes
@@ -12,6 +13,7 @@ Sections 5-8 (buffers, SyncBatchNorm, no_sync, hooks, asynchronous SGD): details
 Every function runs on every rank (``lab_utils.run(fn, N, ...)``) and returns small dataclasses.
 Implementations: "naive" (NaiveDDP), "bucket" (BucketDDP), "torch" (DistributedDataParallel).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +38,8 @@ LR = 1e-2  # AdamW, as the single-process reference (reference.reference_losses)
 
 @dataclass
 class DDPRun:
-    """What one implementation did on this rank (fields a given experiment does not fill stay empty).
+    """What one implementation did on this rank (fields a given experiment does not fill stay
+    empty).
 
     losses:     global-batch loss per step (mean over ranks of the per-rank mean losses)
     grads:      {parameter name: averaged gradient after the measured step}
@@ -59,7 +62,8 @@ class DDPRun:
 
 
 def make_ddp(impl: str, model: nn.Module, bucket_cap_bytes: int = 25 * 2**20) -> nn.Module:
-    """Wrap ``model`` in one of the three implementations (same bucket size for ours and torch's)."""
+    """Wrap ``model`` in one of the three implementations (same bucket size for ours and
+    torch's)."""
     if impl == "naive":
         return NaiveDDP(model)
     if impl == "bucket":
@@ -76,21 +80,27 @@ def sync_gradients(ddp: nn.Module) -> None:
         ddp.finish_gradient_synchronization()
 
 
-def train_step(ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               span: Callable[[str], Any] = no_span) -> float:
+def train_step(
+    ddp: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    span: Callable[[str], Any] = no_span,
+) -> float:
     opt.zero_grad(set_to_none=True)
     with span("forward"):
         loss = lm_loss(ddp(x), y)
     with span("backward"):
-        loss.backward()              # bucketed and torch DDP: all-reduces launch in here
+        loss.backward()  # bucketed and torch DDP: all-reduces launch in here
     with span("wait"):
-        sync_gradients(ddp)          # naive: all the communication happens here
+        sync_gradients(ddp)  # naive: all the communication happens here
     with span("optimizer"):
         opt.step()
     return loss.item()
 
 
 # --- section 3: the hang --------------------------------------------------------------------
+
 
 def uneven_epoch(ctx: Any, n_samples: int, batch_size: int) -> int:
     """Rank r takes samples r, r+N, ... by hand, WITHOUT padding: with 5 samples on 2 ranks and
@@ -101,7 +111,7 @@ def uneven_epoch(ctx: Any, n_samples: int, batch_size: int) -> int:
     ddp = BucketDDP(ToyMLP(seed=0))
     n_steps = math.ceil(len(mine) / batch_size)
     for step in range(n_steps):
-        idx = mine[step * batch_size:(step + 1) * batch_size]
+        idx = mine[step * batch_size : (step + 1) * batch_size]
         ddp.zero_grad()
         default_loss(ddp(x_all[idx]), y_all[idx]).backward()  # launches the async all-reduce
         print(f"step {step}: waiting for the gradient all-reduce", flush=True)
@@ -112,9 +122,14 @@ def uneven_epoch(ctx: Any, n_samples: int, batch_size: int) -> int:
 
 # --- section 4: the three implementations side by side ---------------------------------------
 
-def exactness(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
-              dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
-              ) -> dict[tuple[str, str], DDPRun]:
+
+def exactness(
+    ctx: Any,
+    cfg: GPTConfig,
+    batch_per_rank: int,
+    steps: int,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64),
+) -> dict[tuple[str, str], DDPRun]:
     """Train each implementation ``steps`` AdamW steps from TinyGPT(seed=0) on this rank's shards,
     in each dtype. Returns {(impl, dtype name): DDPRun(losses, grads of step 0)}."""
     out = {}
@@ -133,8 +148,9 @@ def exactness(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
     return out
 
 
-def bytes_per_step(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
-                   bucket_cap_bytes: int = 64 * 2**10) -> dict[str, DDPRun]:
+def bytes_per_step(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, bucket_cap_bytes: int = 64 * 2**10
+) -> dict[str, DDPRun]:
     """One warm-up step, then one step inside a CommLedger and a WireMeter, per implementation.
     Returns {impl: DDPRun(comm_count, comm_bytes (ledger), wire_bytes)}."""
     from lab_utils.measure import CommLedger, WireMeter
@@ -145,16 +161,21 @@ def bytes_per_step(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
         ddp = make_ddp(impl, TinyGPT(cfg, seed=0), bucket_cap_bytes)
         opt = make_optimizer(ddp.parameters(), "adamw", LR)
         train_step(ddp, opt, *shards[0])  # torch DDP rebuilds its buckets after step 0
-        dist.barrier(group=ctx.group)     # no other rank's set-up traffic inside the block
+        dist.barrier(group=ctx.group)  # no other rank's set-up traffic inside the block
         with CommLedger() as ledger, WireMeter(ctx) as wire:
             train_step(ddp, opt, *shards[1])
-        out[impl] = DDPRun(impl, comm_count=ledger.count("all_reduce"),
-                           comm_bytes=ledger.bytes_sent("all_reduce"), wire_bytes=wire.sent)
+        out[impl] = DDPRun(
+            impl,
+            comm_count=ledger.count("all_reduce"),
+            comm_bytes=ledger.bytes_sent("all_reduce"),
+            wire_bytes=wire.sent,
+        )
     return out
 
 
-def step_timeline(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
-                  bucket_cap_bytes: int) -> dict[str, list[dict] | None]:
+def step_timeline(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, bucket_cap_bytes: int
+) -> dict[str, list[dict] | None]:
     """One warm-up step, then one step under a Timeline (forward, backward, wait, optimizer
     spans) with every all-reduce's launch-to-completion span from a CommLedger.
     Returns {impl: events} on rank 0 (every rank's spans), {impl: None} elsewhere."""
@@ -185,16 +206,24 @@ class SweepPoint:
     step_s: list[float]
 
 
-def _timed_step(ctx: Any, ddp: nn.Module, opt: torch.optim.Optimizer,
-                x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+def _timed_step(
+    ctx: Any, ddp: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
+) -> tuple[float, float]:
     dist.barrier(group=ctx.group)  # every rank starts together
     wall, cpu = time.perf_counter(), time.process_time()
     train_step(ddp, opt, x, y)
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def step_times(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, bucket_cap_bytes: int,
-               sweep_caps: list[int], sweep_steps: int) -> tuple[dict[str, DDPRun], list[SweepPoint]]:
+def step_times(
+    ctx: Any,
+    cfg: GPTConfig,
+    batch_per_rank: int,
+    steps: int,
+    bucket_cap_bytes: int,
+    sweep_caps: list[int],
+    sweep_steps: int,
+) -> tuple[dict[str, DDPRun], list[SweepPoint]]:
     """Wall and CPU time per step of the three implementations, interleaved step by step (a busy
     moment of the machine hits all three), after one warm-up step; then BucketDDP's step time
     at each bucket cap in ``sweep_caps``."""
@@ -215,7 +244,7 @@ def step_times(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, bucket
         ddp = BucketDDP(TinyGPT(cfg, seed=0), bucket_cap_bytes=cap)
         opt = make_optimizer(ddp.parameters(), "adamw", LR)
         train_step(ddp, opt, *shards[0])  # warm-up
-        times = [_timed_step(ctx, ddp, opt, x, y)[0] for x, y in shards[1:sweep_steps + 1]]
+        times = [_timed_step(ctx, ddp, opt, x, y)[0] for x, y in shards[1 : sweep_steps + 1]]
         sweep.append(SweepPoint(cap, len(ddp.buckets), times))
     return runs, sweep
 

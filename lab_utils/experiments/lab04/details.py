@@ -3,7 +3,8 @@
     buffers_follow_rank0(ctx)               5a: eval outputs with and without broadcast_buffers
     syncbn_grads(ctx)                       5b: BatchNorm vs SyncBatchNorm1d gradients
     accumulation(ctx, accum)                5c: K micro-batches with and without no_sync
-    balanced_epoch(ctx)                     5d: the uneven loop of section 3 through DistributedSampler
+    balanced_epoch(ctx)                     5d: the uneven loop of section 3 through
+    DistributedSampler
     comm_hooks(ctx, cfg, batch, steps)      6: torch DDP communication hooks: wire bytes and losses
     powersgd_floats(model, rank)            6: the numbers PowerSGD all-reduces per step (formula)
     stale_sgd(k, steps)                     8: asynchronous SGD simulated in one process
@@ -11,6 +12,7 @@
 Rank workers run on every rank (``lab_utils.run``) and return small dataclasses; stale_sgd runs
 in the notebook's own process. The shared pieces (DDPRun, train_step) are in ddp.py.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +32,8 @@ from lab_utils.models import GPTConfig, TinyGPT, ToyMLP
 from lab_utils.parallel.data_parallel import BucketDDP, NaiveDDP, SyncBatchNorm1d
 from lab_utils.reference import default_loss, make_optimizer
 
-
 # --- section 5: buffers, SyncBatchNorm, no_sync, the balanced epoch -------------------------
+
 
 def buffers_follow_rank0(ctx: Any) -> dict[bool, torch.Tensor]:
     """BucketDDP over a ToyMLP with BatchNorm, 3 SGD steps on 2 samples per rank, then eval of
@@ -54,8 +56,8 @@ def buffers_follow_rank0(ctx: Any) -> dict[bool, torch.Tensor]:
 
 @dataclass
 class SyncBNResult:
-    torch_syncbn: str                             # what torch.nn.SyncBatchNorm does on a CPU rank
-    grads: dict[bool, dict[str, torch.Tensor]]    # {synchronised?: averaged gradients}
+    torch_syncbn: str  # what torch.nn.SyncBatchNorm does on a CPU rank
+    grads: dict[bool, dict[str, torch.Tensor]]  # {synchronised?: averaged gradients}
 
 
 def syncbn_grads(ctx: Any) -> SyncBNResult:
@@ -77,7 +79,9 @@ def syncbn_grads(ctx: Any) -> SyncBNResult:
         default_loss(ddp(x), y).backward()
         ddp.finish_gradient_synchronization()
         # SyncBatchNorm1d wraps the BatchNorm as .bn: strip that from the names
-        grads[sync_bn] = {n.replace(".bn.", "."): p.grad.clone() for n, p in model.named_parameters()}
+        grads[sync_bn] = {
+            n.replace(".bn.", "."): p.grad.clone() for n, p in model.named_parameters()
+        }
     return SyncBNResult(torch_syncbn, grads)
 
 
@@ -87,8 +91,9 @@ def accumulation(ctx: Any, accum: int) -> dict[bool, DDPRun]:
     Returns {no_sync used?: DDPRun(comm_count, comm_bytes, wire_bytes, grads)}."""
     from lab_utils.measure import CommLedger, WireMeter
 
-    xb, yb = shard_for_rank(regression_batches(1, 8 * ctx.world_size, seed=5)[0], ctx.rank,
-                            ctx.world_size)
+    xb, yb = shard_for_rank(
+        regression_batches(1, 8 * ctx.world_size, seed=5)[0], ctx.rank, ctx.world_size
+    )
     out = {}
     for use_no_sync in (True, False):
         ddp = BucketDDP(ToyMLP(seed=0), bucket_cap_bytes=2048)
@@ -101,16 +106,19 @@ def accumulation(ctx: Any, accum: int) -> dict[bool, DDPRun]:
                 if not use_no_sync or last:
                     ddp.finish_gradient_synchronization()
         out[use_no_sync] = DDPRun(
-            "bucket", comm_count=ledger.count("all_reduce"),
-            comm_bytes=ledger.bytes_sent("all_reduce"), wire_bytes=wire.sent,
-            grads={n: p.grad.clone() for n, p in ddp.module.named_parameters()})
+            "bucket",
+            comm_count=ledger.count("all_reduce"),
+            comm_bytes=ledger.bytes_sent("all_reduce"),
+            wire_bytes=wire.sent,
+            grads={n: p.grad.clone() for n, p in ddp.module.named_parameters()},
+        )
     return out
 
 
 @dataclass
 class EpochCount:
     samples: int  # indices this rank's sampler handed out
-    steps: int    # optimizer steps this rank took (each ended in an all-reduce)
+    steps: int  # optimizer steps this rank took (each ended in an all-reduce)
 
 
 def balanced_epoch(ctx: Any, n_samples: int = 5, batch_size: int = 2) -> dict[bool, EpochCount]:
@@ -121,12 +129,17 @@ def balanced_epoch(ctx: Any, n_samples: int = 5, batch_size: int = 2) -> dict[bo
     x_all, y_all = regression_batches(1, n_samples, seed=0)[0]
     out = {}
     for drop_last in (False, True):
-        sampler = DistributedSampler(range(n_samples), num_replicas=ctx.world_size,
-                                     rank=ctx.rank, shuffle=False, drop_last=drop_last)
+        sampler = DistributedSampler(
+            range(n_samples),
+            num_replicas=ctx.world_size,
+            rank=ctx.rank,
+            shuffle=False,
+            drop_last=drop_last,
+        )
         idx, ddp, steps = list(sampler), BucketDDP(ToyMLP(seed=0)), 0
         for s in range(0, len(idx), batch_size):
             ddp.zero_grad()
-            batch = idx[s:s + batch_size]
+            batch = idx[s : s + batch_size]
             default_loss(ddp(x_all[batch]), y_all[batch]).backward()
             ddp.finish_gradient_synchronization()
             steps += 1
@@ -159,8 +172,10 @@ def _register_hook(ddp: DistributedDataParallel, hook: str) -> None:
         ddp.register_comm_hook(None, bf16_hook)
     elif hook.startswith("powersgd"):
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=int(hook.split("-")[1]),
-            start_powerSGD_iter=POWERSGD_START)
+            process_group=None,
+            matrix_approximation_rank=int(hook.split("-")[1]),
+            start_powerSGD_iter=POWERSGD_START,
+        )
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     elif hook != "none":
         raise ValueError(f"unknown hook {hook!r}; choose one of {HOOKS}")
@@ -181,8 +196,11 @@ def powersgd_floats(model: nn.Module, rank: int, min_compression_rate: float = 2
     return total
 
 
-def _cpu_buckets_need_no_cuda_sync(hook: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """torch's PowerSGD hook ends with ``if torch.cuda.is_available(): torch.cuda.synchronize(device)``
+def _cpu_buckets_need_no_cuda_sync(
+    hook: str, device: torch.device
+) -> contextlib.AbstractContextManager:
+    """torch's PowerSGD hook ends with ``if torch.cuda.is_available():
+    torch.cuda.synchronize(device)``
     also when the bucket is on the CPU, which raises ("Expected a cuda device, but got: cpu") on a
     GPU machine whose ranks run gloo on CPU: seen on an H200 with torch 2.11, and the same lines are
     in 2.13's powerSGD_hook.py. CPU buckets need no CUDA sync, so while a CPU model trains with
@@ -192,8 +210,9 @@ def _cpu_buckets_need_no_cuda_sync(hook: str, device: torch.device) -> contextli
     return contextlib.nullcontext()
 
 
-def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
-               hooks: tuple[str, ...] = HOOKS) -> dict[str, DDPRun]:
+def comm_hooks(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, hooks: tuple[str, ...] = HOOKS
+) -> dict[str, DDPRun]:
     """torch DDP over TinyGPT with each communication hook, ``steps`` AdamW steps on the same
     shards; the last step inside a WireMeter (after PowerSGD's plain-all-reduce start).
     Returns {hook: DDPRun(losses, wire_bytes)}."""
@@ -222,8 +241,8 @@ def comm_hooks(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int,
     return out
 
 
-
 # --- section 8: asynchronous SGD, simulated -------------------------------------------------
+
 
 def stale_sgd(k: int, steps: int, lr: float = 0.3) -> list[float]:
     """Asynchronous SGD, simulated in one process: the gradient applied at step t was computed

@@ -3,6 +3,7 @@ all-reduce on the same data: held-out loss after each sync and the bytes each ra
 
     low_communication(ctx, cfg, batch_per_rank, steps, every)   rank worker, one launch
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ class LowComm:
     bytes_sent: float  # by this rank over the whole run (CommLedger: what was called)
 
 
-def low_communication(ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, every: int,
-                      lr: float = 3e-3) -> dict[str, LowComm]:
+def low_communication(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, steps: int, every: int, lr: float = 3e-3
+) -> dict[str, LowComm]:
     """Each method trains TinyGPT(seed 0) with AdamW for ``steps`` steps on the same global
     batches (this rank's shard), syncing every step or every ``every`` steps."""
     shards = rank_batches(ctx, cfg, batch_per_rank, steps)  # this rank's share of each batch

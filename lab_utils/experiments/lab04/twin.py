@@ -9,6 +9,7 @@ deterministic, so one measured step is the step time (no medians, no noise).
     sweep_points   the run -> one BucketStep per (impl, cap): step time, all-reduces, overlap
     step_window    one step of the run, cut out as an Emulation for ``twin.figure``
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,21 +32,24 @@ class BucketStep:
 
     impl: str
     cap_bytes: int
-    step_s: float        # the measured step, slowest rank
-    all_reduces: int     # gradient all-reduces in that step on rank 0 (one per bucket)
-    compute_s: float     # rank 0's compute stream, busy
-    comm_s: float        # rank 0's communication stream, busy
-    hidden_s: float      # rank 0's communication that ran under its compute
+    step_s: float  # the measured step, slowest rank
+    all_reduces: int  # gradient all-reduces in that step on rank 0 (one per bucket)
+    compute_s: float  # rank 0's compute stream, busy
+    comm_s: float  # rank 0's communication stream, busy
+    hidden_s: float  # rank 0's communication that ran under its compute
 
 
-def bucket_sweep(ctx: Any, cfg: GPTConfig, batch_per_rank: int, caps: list[int],
-                 impls: tuple = SWEEP_IMPLS) -> list[tuple[str, int, float, float]]:
+def bucket_sweep(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, caps: list[int], impls: tuple = SWEEP_IMPLS
+) -> list[tuple[str, int, float, float]]:
     """For each impl and cap: a warm-up step (torch DDP rebuilds its buckets there), then one
     step between two ``twin.step()`` marks. Returns [(impl, cap, start, end)] on this rank's
     emulated clock (Nones outside an emulated run)."""
     n = ctx.world_size
-    shards = [shard_for_rank(b, ctx.rank, n)  # this rank's rows of two global batches
-              for b in token_batches(2, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=1)]
+    shards = [
+        shard_for_rank(b, ctx.rank, n)  # this rank's rows of two global batches
+        for b in token_batches(2, batch_per_rank * n, cfg.seq_len, cfg.vocab_size, seed=1)
+    ]
     marks = []
     for impl in impls:
         for cap in caps:
@@ -71,6 +75,15 @@ def sweep_points(em: twin.Emulation) -> list[BucketStep]:
         one = step_window(em, i)
         spans = one.records[0].spans
         grads = [s for s in spans if s["stream"] == "comm" and s["bytes"] > LOSS_BYTES]
-        out.append(BucketStep(impl, cap, max(one.step_times()), len(grads),
-                              one.busy(0, "compute"), one.busy(0, "comm"), one.overlap(0)))
+        out.append(
+            BucketStep(
+                impl,
+                cap,
+                max(one.step_times()),
+                len(grads),
+                one.busy(0, "compute"),
+                one.busy(0, "comm"),
+                one.overlap(0),
+            )
+        )
     return out

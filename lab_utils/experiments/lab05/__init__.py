@@ -10,11 +10,33 @@
 The names of sharding.py are importable from here (``lab05.train_variants``); practice.py is a
 module of its own (``from lab_utils.experiments.lab05 import practice``), and so is twin.py.
 """
-from lab_utils.experiments.lab05.sharding import (BF16, LR, TrainResult, UnitTimeline,
-                                                  apply_fully_shard, build, gathered_bytes,
-                                                  mixed_precision_reference, mixed_precision_run,
-                                                  train_variants, unit_timeline, unit_timelines)
 
-__all__ = ["LR", "BF16", "TrainResult", "build", "apply_fully_shard", "train_variants",
-           "UnitTimeline", "gathered_bytes", "unit_timeline", "mixed_precision_reference",
-           "mixed_precision_run", "unit_timelines"]
+from lab_utils.experiments.lab05.sharding import (
+    BF16,
+    LR,
+    TrainResult,
+    UnitTimeline,
+    apply_fully_shard,
+    build,
+    gathered_bytes,
+    mixed_precision_reference,
+    mixed_precision_run,
+    train_variants,
+    unit_timeline,
+    unit_timelines,
+)
+
+__all__ = [
+    "LR",
+    "BF16",
+    "TrainResult",
+    "build",
+    "apply_fully_shard",
+    "train_variants",
+    "UnitTimeline",
+    "gathered_bytes",
+    "unit_timeline",
+    "mixed_precision_reference",
+    "mixed_precision_run",
+    "unit_timelines",
+]

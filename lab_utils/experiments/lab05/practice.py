@@ -7,6 +7,7 @@ what the FSDP2 tutorials have you type (meta-device init, clipping sharded gradi
     practitioner(ctx, cfg, batch)                  fully_shard on the meta device, clip_grad_norm_
                                                    on shards, HSDP on a 2 x 2 mesh
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,16 +39,25 @@ class AccumResult:
     weights_checksum: float  # sum of the gathered weights after the step: equal across variants
 
 
-ACCUM_VARIANTS = ("DDP + no_sync", "ZeRO-1", "ZeRO-2", "fully_shard",
-                  "fully_shard, sync off", "fully_shard, sync off, kept", "FSDP, sync off")
+ACCUM_VARIANTS = (
+    "DDP + no_sync",
+    "ZeRO-1",
+    "ZeRO-2",
+    "fully_shard",
+    "fully_shard, sync off",
+    "fully_shard, sync off, kept",
+    "FSDP, sync off",
+)
 
 
-def accumulation_traffic(ctx: Any, cfg: GPTConfig, micro: int, global_batch: int,
-                         names: tuple[str, ...] = ACCUM_VARIANTS) -> dict[str, AccumResult]:
+def accumulation_traffic(
+    ctx: Any, cfg: GPTConfig, micro: int, global_batch: int, names: tuple[str, ...] = ACCUM_VARIANTS
+) -> dict[str, AccumResult]:
     """A = ``micro`` micro-batches, one optimizer step; loss / A so the gradients add up to the
     global batch's. "sync off": set_requires_gradient_sync(False) on all but the last
     micro-batch; "kept": also set_reshard_after_backward(False) (parameters stay gathered)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+
     batch = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)[0]
     xs, ys = (t.chunk(micro) for t in shard_for_rank(batch, ctx.rank, ctx.world_size))
     out = {}
@@ -74,8 +84,12 @@ def accumulation_traffic(ctx: Any, cfg: GPTConfig, micro: int, global_batch: int
             step()
         weights = model.full_state_dict() if isinstance(model, FSDP) else _full_weights(model)
         checksum = float(sum(w.double().sum() for w in weights.values()))
-        out[name] = AccumResult({op: r["count"] for op, r in ledger.summary()["by_op"].items()},
-                                ledger.bytes_sent(), wire.sent, checksum)
+        out[name] = AccumResult(
+            {op: r["count"] for op, r in ledger.summary()["by_op"].items()},
+            ledger.bytes_sent(),
+            wire.sent,
+            checksum,
+        )
     return out
 
 
@@ -112,6 +126,7 @@ def practitioner(ctx: Any, cfg: GPTConfig, global_batch: int, steps: int = 2) ->
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
     batches = token_batches(steps, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)
     x, y = shard_for_rank(batches[0], ctx.rank, ctx.world_size)
     # 1. meta-device init: no GPU holds the whole model (rank 0's host holds its state dict)
@@ -123,8 +138,9 @@ def practitioner(ctx: Any, cfg: GPTConfig, global_batch: int, steps: int = 2) ->
     on_meta = model_state_bytes(model)["params"]
     model.to_empty(device="cpu")  # allocates this rank's shards only, uninitialised
     full = TinyGPT(cfg, seed=0).state_dict() if ctx.rank == 0 else {}
-    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
-                                                               broadcast_from_rank0=True))
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
     loss = default_loss(model(x), y)
     loss.backward()
     meta = (on_meta, model_state_bytes(model)["params"])
@@ -133,12 +149,17 @@ def practitioner(ctx: Any, cfg: GPTConfig, global_batch: int, steps: int = 2) ->
     norms, calls = {}, {}
     ours = FSDP(TinyGPT(cfg, seed=0), ctx.group)
     default_loss(ours(x), y).backward()
-    for how, clip in (("fully_shard + torch clip_grad_norm_",
-                       lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)),
-                      ("FSDP + fsdp.clip_grad_norm_",
-                       lambda: clip_grad_norm_(ours.parameters(), 1e9, ctx.group)),
-                      ("FSDP + torch clip_grad_norm_ (wrong)",
-                       lambda: torch.nn.utils.clip_grad_norm_(ours.parameters(), 1e9))):
+    for how, clip in (
+        (
+            "fully_shard + torch clip_grad_norm_",
+            lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9),
+        ),
+        ("FSDP + fsdp.clip_grad_norm_", lambda: clip_grad_norm_(ours.parameters(), 1e9, ctx.group)),
+        (
+            "FSDP + torch clip_grad_norm_ (wrong)",
+            lambda: torch.nn.utils.clip_grad_norm_(ours.parameters(), 1e9),
+        ),
+    ):
         with CommLedger() as ledger:
             norm = clip()
         norms[how] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

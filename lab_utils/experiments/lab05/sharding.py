@@ -14,6 +14,7 @@ Gradient accumulation and the practitioner's idioms (meta-device init, clipping,
 Every technique observed here is used as a learner would use it; measurement stays outside:
 CommLedger sees the collectives, ModuleSpans the compute, model_state_bytes the storages.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,11 +39,14 @@ LR = 1e-2
 BF16 = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 # name -> (family, options): "zero" = ZeroOptimizer(stage), "ours" = FSDP, "torch" = fully_shard
 VARIANTS: dict[str, tuple[str, dict]] = {
-    "DDP": ("zero", {"stage": 0}), "ZeRO-1": ("zero", {"stage": 1}),
+    "DDP": ("zero", {"stage": 0}),
+    "ZeRO-1": ("zero", {"stage": 1}),
     "ZeRO-2": ("zero", {"stage": 2}),
-    "FSDP": ("ours", {}), "FSDP keep": ("ours", {"reshard_after_forward": False}),
+    "FSDP": ("ours", {}),
+    "FSDP keep": ("ours", {"reshard_after_forward": False}),
     "FSDP bf16": ("ours", {"mp": BF16}),
-    "fully_shard": ("torch", {}), "fully_shard keep": ("torch", {"reshard_after_forward": False}),
+    "fully_shard": ("torch", {}),
+    "fully_shard keep": ("torch", {"reshard_after_forward": False}),
     "fully_shard bf16": ("torch", {"mp": BF16}),
     "fully_shard root resharded": ("torch", {"root_reshard": True}),
     "fully_shard offload": ("torch", {"offload": True}),
@@ -63,8 +67,9 @@ class TrainResult:
     wire: int | None = None  # bytes this rank really sent in the last step
 
 
-def build(name: str, cfg: GPTConfig, group: Any
-          ) -> tuple[nn.Module, Any, Callable, Callable, Callable]:
+def build(
+    name: str, cfg: GPTConfig, group: Any
+) -> tuple[nn.Module, Any, Callable, Callable, Callable]:
     """(model to call, optimizer, zero_grad, step, memory) for variant ``name``."""
     family, opts = VARIANTS[name]
     model = TinyGPT(cfg, seed=0)
@@ -72,38 +77,63 @@ def build(name: str, cfg: GPTConfig, group: Any
         zero = ZeroOptimizer(model, opts["stage"], group, "adamw", LR)
         return model, zero.optimizer, zero.zero_grad, zero.step, zero.state_bytes
     if family == "ours":
-        model = FSDP(model, group, mp=opts.get("mp", MixedPrecision()),
-                     reshard_after_forward=opts.get("reshard_after_forward", True))
+        model = FSDP(
+            model,
+            group,
+            mp=opts.get("mp", MixedPrecision()),
+            reshard_after_forward=opts.get("reshard_after_forward", True),
+        )
     else:
         apply_fully_shard(model, group, **opts)
     opt = make_optimizer(model.parameters(), "adamw", LR)  # built AFTER sharding: over shards
-    return (model, opt, lambda: opt.zero_grad(set_to_none=False), opt.step,
-            lambda: model_state_bytes(model, opt))
+    return (
+        model,
+        opt,
+        lambda: opt.zero_grad(set_to_none=False),
+        opt.step,
+        lambda: model_state_bytes(model, opt),
+    )
 
 
-def apply_fully_shard(model: TinyGPT, group: Any = None, reshard_after_forward: bool = True,
-                      mp: MixedPrecision | None = None, root_reshard: bool = False,
-                      offload: bool = False, mesh: Any = None) -> None:
+def apply_fully_shard(
+    model: TinyGPT,
+    group: Any = None,
+    reshard_after_forward: bool = True,
+    mp: MixedPrecision | None = None,
+    root_reshard: bool = False,
+    offload: bool = False,
+    mesh: Any = None,
+) -> None:
     """torch's FSDP2 the way torchtitan applies it: each block, then the root. The root's
     reshard_after_forward stays None (torch: "not the root") unless ``root_reshard``."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
     if mesh is None and group is not None:
         mesh = DeviceMesh.from_group(group, "cpu")
     kw: dict[str, Any] = {"mesh": mesh}
     if mp is not None and mp.param_dtype is not None:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=mp.param_dtype,
-                                               reduce_dtype=mp.reduce_dtype)
+        kw["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=mp.param_dtype, reduce_dtype=mp.reduce_dtype
+        )
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=False)
     for block in model.blocks:
         fully_shard(block, reshard_after_forward=reshard_after_forward, **kw)
-    fully_shard(model, reshard_after_forward=True if root_reshard else
-                (None if reshard_after_forward else False), **kw)
+    fully_shard(
+        model,
+        reshard_after_forward=True if root_reshard else (None if reshard_after_forward else False),
+        **kw,
+    )
 
 
-def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
-                   names: tuple[str, ...] = tuple(VARIANTS)) -> dict[str, TrainResult]:
+def train_variants(
+    ctx: Any,
+    cfg: GPTConfig,
+    steps: int,
+    global_batch: int,
+    names: tuple[str, ...] = tuple(VARIANTS),
+) -> dict[str, TrainResult]:
     """Train each variant ``steps`` AdamW steps on the same global batches (each rank its
     share); the CommLedger records the LAST step (zero_grad, forward, backward, step)."""
     batches = token_batches(steps, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)
@@ -114,8 +144,10 @@ def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
         for i, batch in enumerate(batches):
             x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
             last = i == steps - 1
-            with ledger if last else contextlib.nullcontext(), \
-                    wire if last else contextlib.nullcontext():
+            with (
+                ledger if last else contextlib.nullcontext(),
+                wire if last else contextlib.nullcontext(),
+            ):
                 zero_grad()
                 loss = default_loss(model(x), y)
                 loss.backward()
@@ -123,11 +155,14 @@ def train_variants(ctx: Any, cfg: GPTConfig, steps: int, global_batch: int,
             losses.append(loss.item())
         by_op = ledger.summary()["by_op"]
         state = memory()
-        out[name] = TrainResult(mean_over_ranks(losses, ctx.group),
-                                {k: state[k] for k in ("params", "grads", "optimizer", "total")},
-                                {op: row["count"] for op, row in by_op.items()},
-                                {op: row["bytes_sent"] for op, row in by_op.items()},
-                                ledger.bytes_sent(), wire.sent)
+        out[name] = TrainResult(
+            mean_over_ranks(losses, ctx.group),
+            {k: state[k] for k in ("params", "grads", "optimizer", "total")},
+            {op: row["count"] for op, row in by_op.items()},
+            {op: row["bytes_sent"] for op, row in by_op.items()},
+            ledger.bytes_sent(),
+            wire.sent,
+        )
     return out
 
 
@@ -152,22 +187,28 @@ def gathered_bytes(fsdp: FSDP) -> int:
     """Bytes of full (unsharded) weights this rank holds now: gathered units, and the receive
     buffers of all-gathers still in flight (prefetch). Read from outside the technique."""
     held = sum(p.full.untyped_storage().nbytes() for u in fsdp.units for p in u.params)
-    return held + sum(u.inflight[1].numel() * u.inflight[1].element_size()
-                      for u in fsdp.units if u.inflight is not None)
+    return held + sum(
+        u.inflight[1].numel() * u.inflight[1].element_size()
+        for u in fsdp.units
+        if u.inflight is not None
+    )
 
 
 def _simulate_compute(module: nn.Module, seconds: float) -> None:
     """SIMULATED compute (labelled so in the lab): the module's forward and its backward each
     sleep ``seconds``, as a GPU is busy while the CPU (here gloo's thread) moves the next unit."""
+
     def on_output(_m: nn.Module, _a: tuple, out: Any) -> None:
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(lambda _g: time.sleep(seconds))
+
     module.register_forward_pre_hook(lambda _m, _a: time.sleep(seconds))
     module.register_forward_hook(on_output)
 
 
-def _gather_overlap(events: list[dict], gathers: list[tuple[float, float]], blocks: list[str]
-                    ) -> tuple[dict[str, int], dict[str, float]]:
+def _gather_overlap(
+    events: list[dict], gathers: list[tuple[float, float]], blocks: list[str]
+) -> tuple[dict[str, int], dict[str, float]]:
     """Pair each block's all-gather (start, end) with the compute span that runs before it.
 
     Issue order (with or without prefetch): the root, the blocks in forward order, then the
@@ -175,16 +216,23 @@ def _gather_overlap(events: list[dict], gathers: list[tuple[float, float]], bloc
     i-1's forward; backward: block i's gather against the end of block i+1's backward."""
     ends = {(e["name"], e["mb"]): e["end"] for e in events}
     n = len(blocks)
-    pairs = {"forward": [(gathers[1 + i], ends[("forward", blocks[i - 1])]) for i in range(1, n)],
-             "backward": [(gathers[1 + n + j], ends[("backward", blocks[n - j])])
-                          for j in range(1, n)]}
+    pairs = {
+        "forward": [(gathers[1 + i], ends[("forward", blocks[i - 1])]) for i in range(1, n)],
+        "backward": [(gathers[1 + n + j], ends[("backward", blocks[n - j])]) for j in range(1, n)],
+    }
     overlapped = {k: sum(g[0] < end for g, end in v) for k, v in pairs.items()}
     exposed = {k: sum(max(0.0, g[1] - end) for g, end in v) for k, v in pairs.items()}
     return overlapped, exposed
 
 
-def unit_timeline(ctx: Any, cfg: GPTConfig, prefetch: bool = False, compute_s: float = 0.0,
-                  mp: MixedPrecision = BF16, global_batch: int = 8) -> UnitTimeline:
+def unit_timeline(
+    ctx: Any,
+    cfg: GPTConfig,
+    prefetch: bool = False,
+    compute_s: float = 0.0,
+    mp: MixedPrecision = BF16,
+    global_batch: int = 8,
+) -> UnitTimeline:
     """One FSDP step (after a warm-up step) seen from outside: ModuleSpans on each block,
     the CommLedger's records as comm spans, the full weights held as each block starts.
     ``compute_s`` > 0 adds SIMULATED compute (sleep) to every block's forward and backward."""
@@ -194,8 +242,9 @@ def unit_timeline(ctx: Any, cfg: GPTConfig, prefetch: bool = False, compute_s: f
     opt = make_optimizer(fsdp.parameters(), "adamw", LR)
     timeline, held = Timeline(ctx), []
     blocks = {u.name: u.module for u in fsdp.units if u is not fsdp.root}
-    ModuleSpans(blocks, timeline, on_start=lambda *_: held.append((timeline.now(),
-                                                                   gathered_bytes(fsdp))))
+    ModuleSpans(
+        blocks, timeline, on_start=lambda *_: held.append((timeline.now(), gathered_bytes(fsdp)))
+    )
     for module in blocks.values() if compute_s else ():
         _simulate_compute(module, compute_s)
     for _ in range(2):
@@ -206,25 +255,39 @@ def unit_timeline(ctx: Any, cfg: GPTConfig, prefetch: bool = False, compute_s: f
             opt.zero_grad(set_to_none=False)
     compute = list(timeline.events)
     offset = timeline.now() - time.perf_counter()  # ledger stamps use perf_counter()
-    root_bytes = {sum(p.chunk for p in fsdp.root.params) * ctx.world_size * size
-                  for size in (2, 4)}  # the root's all-gather (bf16) or reduce-scatter (fp32)
+    root_bytes = {
+        sum(p.chunk for p in fsdp.root.params) * ctx.world_size * size for size in (2, 4)
+    }  # the root's all-gather (bf16) or reduce-scatter (fp32)
     gathers = []
     for r in ledger.records:
         start, end = r.start_s + offset, r.start_s + offset + (r.duration_s or 0.0)
-        timeline.add(r.op, start, end, phase="comm",
-                     mb="root" if r.tensor_bytes in root_bytes else "block")
+        timeline.add(
+            r.op, start, end, phase="comm", mb="root" if r.tensor_bytes in root_bytes else "block"
+        )
         if r.op == "all_gather":
             gathers.append((start, end))
     overlapped, exposed = _gather_overlap(compute, sorted(gathers), list(blocks))
-    return UnitTimeline(timeline.gather(), held, max(b for _, b in held),
-                        model_state_bytes(fsdp, opt)["total"], overlapped, exposed,
-                        {u.name: sum(p.shape.numel() for p in u.params) for u in fsdp.units})
+    return UnitTimeline(
+        timeline.gather(),
+        held,
+        max(b for _, b in held),
+        model_state_bytes(fsdp, opt)["total"],
+        overlapped,
+        exposed,
+        {u.name: sum(p.shape.numel() for p in u.params) for u in fsdp.units},
+    )
 
 
 # ---- references (one process) -------------------------------------------------------------------
-def mixed_precision_reference(model_fn: Callable[[], nn.Module], batches: list, steps: int,
-                              world: int, mp: MixedPrecision, lr: float = LR,
-                              optimizer: str = "adamw") -> list[float]:
+def mixed_precision_reference(
+    model_fn: Callable[[], nn.Module],
+    batches: list,
+    steps: int,
+    world: int,
+    mp: MixedPrecision,
+    lr: float = LR,
+    optimizer: str = "adamw",
+) -> list[float]:
     """What FSDP with ``mp`` computes, in ONE process: fp32 master weights; each step casts a
     copy to param_dtype, runs each of the ``world`` ranks' shares of the batch on it, casts each
     gradient to reduce_dtype, averages them, and lets the optimizer update the fp32 master.
@@ -232,9 +295,15 @@ def mixed_precision_reference(model_fn: Callable[[], nn.Module], batches: list, 
     return mixed_precision_run(model_fn, batches, steps, world, mp, lr, optimizer).losses
 
 
-def mixed_precision_run(model_fn: Callable[[], nn.Module], batches: list, steps: int,
-                        world: int, mp: MixedPrecision, lr: float = LR,
-                        optimizer: str = "adamw") -> ReferenceRun:
+def mixed_precision_run(
+    model_fn: Callable[[], nn.Module],
+    batches: list,
+    steps: int,
+    world: int,
+    mp: MixedPrecision,
+    lr: float = LR,
+    optimizer: str = "adamw",
+) -> ReferenceRun:
     """mixed_precision_reference's losses and the final fp32 master weights."""
     master = model_fn()
     opt = make_optimizer(master.parameters(), optimizer, lr)
@@ -248,8 +317,9 @@ def mixed_precision_run(model_fn: Callable[[], nn.Module], batches: list, steps:
             loss = default_loss(compute(x), y)
             loss.backward()
             step_losses.append(loss.item())
-            grads.append([p.grad.to(mp.reduce_dtype or mp.param_dtype)
-                          for p in compute.parameters()])
+            grads.append(
+                [p.grad.to(mp.reduce_dtype or mp.param_dtype) for p in compute.parameters()]
+            )
         for p, per_rank in zip(master.parameters(), zip(*grads)):
             p.grad = (torch.stack(per_rank).sum(0) / world).to(p.dtype)
         opt.step()
@@ -259,5 +329,7 @@ def mixed_precision_run(model_fn: Callable[[], nn.Module], batches: list, steps:
 
 def unit_timelines(ctx: Any, cfg: GPTConfig, compute_s: float) -> dict[str, UnitTimeline]:
     """unit_timeline without and with prefetch, in one launch."""
-    return {"no prefetch": unit_timeline(ctx, cfg, False, compute_s),
-            "prefetch": unit_timeline(ctx, cfg, True, compute_s)}
+    return {
+        "no prefetch": unit_timeline(ctx, cfg, False, compute_s),
+        "prefetch": unit_timeline(ctx, cfg, True, compute_s),
+    }

@@ -19,6 +19,7 @@ code, not out of a formula. Each variant gets a warm-up step, then one step betw
 ZeRO-2 here is FSDP that keeps each unit's full weights from forward to backward
 (``reshard_after_forward=False``, FSDP1's SHARD_GRAD_OP): ZeRO-2's traffic, no second all-gather.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,13 +35,15 @@ from lab_utils.reference import default_loss, make_optimizer
 
 # name -> (family: "ours" | "torch", prefetch, reshard_after_forward: True = ZeRO-3)
 VARIANTS: dict[str, tuple[str, bool, bool]] = {
-    "FSDP": ("ours", False, True), "FSDP prefetch": ("ours", True, True),
+    "FSDP": ("ours", False, True),
+    "FSDP prefetch": ("ours", True, True),
     "FSDP keep, prefetch": ("ours", True, False),
-    "fully_shard": ("torch", False, True), "fully_shard prefetch": ("torch", True, True),
+    "fully_shard": ("torch", False, True),
+    "fully_shard prefetch": ("torch", True, True),
     "fully_shard keep, prefetch": ("torch", True, False),
 }
-FULL_MODEL = "llama3-8b"     # whose FLOPs and bytes the emulated clock charges
-TOKENS_PER_RANK = 8192       # its tokens per GPU per step (one 8k sequence)
+FULL_MODEL = "llama3-8b"  # whose FLOPs and bytes the emulated clock charges
+TOKENS_PER_RANK = 8192  # its tokens per GPU per step (one 8k sequence)
 
 
 @dataclass
@@ -48,10 +51,10 @@ class FsdpStep:
     """One variant's measured step on the emulated clock (seconds; rank 0 for the streams)."""
 
     name: str
-    step_s: float      # slowest rank
-    compute_s: float   # compute stream busy
-    comm_s: float      # communication stream busy (all-gathers, reduce-scatters)
-    hidden_s: float    # communication that ran under compute
+    step_s: float  # slowest rank
+    compute_s: float  # compute stream busy
+    comm_s: float  # communication stream busy (all-gathers, reduce-scatters)
+    hidden_s: float  # communication that ran under compute
 
 
 def prefetch_fully_shard(model: TinyGPT) -> None:
@@ -79,8 +82,9 @@ def _build(name: str, cfg: GPTConfig, group: Any) -> Any:
     return model
 
 
-def fsdp_steps(ctx: Any, cfg: GPTConfig, batch_per_rank: int,
-               names: tuple = tuple(VARIANTS)) -> list[tuple[str, float | None, float | None]]:
+def fsdp_steps(
+    ctx: Any, cfg: GPTConfig, batch_per_rank: int, names: tuple = tuple(VARIANTS)
+) -> list[tuple[str, float | None, float | None]]:
     """For each variant: a warm-up step, then one step between two ``twin.step()`` marks.
     Returns [(name, start, end)] on this rank's emulated clock (Nones outside an emulated run)."""
     b = token_batches(1, batch_per_rank * ctx.world_size, cfg.seq_len, cfg.vocab_size, seed=1)
@@ -109,8 +113,9 @@ def step_points(em: twin.Emulation) -> dict[str, FsdpStep]:
     out = {}
     for i, (name, *_) in enumerate(em.results[0]):
         one = step_window(em, i)
-        out[name] = FsdpStep(name, max(one.step_times()), one.busy(0, "compute"),
-                             one.busy(0, "comm"), one.overlap(0))
+        out[name] = FsdpStep(
+            name, max(one.step_times()), one.busy(0, "compute"), one.busy(0, "comm"), one.overlap(0)
+        )
     return out
 
 
@@ -123,8 +128,12 @@ def fsdp_cluster(nodes: int = 2, gpus_per_node: int = 2, preset: str = "DGX H100
 def fsdp_scale(cfg: GPTConfig, batch_per_rank: int) -> twin.Scale:
     """Charge FULL_MODEL's FLOPs (TOKENS_PER_RANK per GPU and step) and bytes for the lab
     model's step of ``batch_per_rank`` sequences per rank (``twin.Scale.model``)."""
-    per_token = twin.Scale.model(FULL_MODEL, count_params(TinyGPT(cfg)), cfg.n_layer,
-                                 cfg.d_model, cfg.seq_len)
+    per_token = twin.Scale.model(
+        FULL_MODEL, count_params(TinyGPT(cfg)), cfg.n_layer, cfg.d_model, cfg.seq_len
+    )
     tokens = TOKENS_PER_RANK / (batch_per_rank * cfg.seq_len)
-    return twin.Scale(per_token.flops * tokens, per_token.bytes,
-                      f"{per_token.name}, x{tokens:.3g} tokens per step")
+    return twin.Scale(
+        per_token.flops * tokens,
+        per_token.bytes,
+        f"{per_token.name}, x{tokens:.3g} tokens per step",
+    )

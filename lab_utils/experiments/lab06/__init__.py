@@ -10,13 +10,47 @@ The names of tp.py are importable from here (``lab06.check_blocks``); drills.py 
 its own (``from lab_utils.experiments.lab06 import drills``). ``experiments/unshard.py`` gathers
 a TP model back to full size.
 """
-from lab_utils.experiments.lab06.tp import (OPS, PHASES, ActivationBytes, BlockCheck, SplitDemo,
-                                            StepComm, VocabRun, activation_bytes,
-                                            activation_extras, check_blocks, comm_formula,
-                                            comm_rows, maxdiff, sp_extras, sp_sync_bytes,
-                                            split_demo, step_comm, tp_group, vocab_parallel)
 
-__all__ = ["OPS", "PHASES", "tp_group", "maxdiff", "SplitDemo", "split_demo", "BlockCheck",
-           "check_blocks", "StepComm", "step_comm", "comm_formula", "sp_extras", "sp_sync_bytes",
-           "comm_rows", "ActivationBytes", "activation_extras", "activation_bytes", "VocabRun",
-           "vocab_parallel"]
+from lab_utils.experiments.lab06.tp import (
+    OPS,
+    PHASES,
+    ActivationBytes,
+    BlockCheck,
+    SplitDemo,
+    StepComm,
+    VocabRun,
+    activation_bytes,
+    activation_extras,
+    check_blocks,
+    comm_formula,
+    comm_rows,
+    maxdiff,
+    sp_extras,
+    sp_sync_bytes,
+    split_demo,
+    step_comm,
+    tp_group,
+    vocab_parallel,
+)
+
+__all__ = [
+    "OPS",
+    "PHASES",
+    "tp_group",
+    "maxdiff",
+    "SplitDemo",
+    "split_demo",
+    "BlockCheck",
+    "check_blocks",
+    "StepComm",
+    "step_comm",
+    "comm_formula",
+    "sp_extras",
+    "sp_sync_bytes",
+    "comm_rows",
+    "ActivationBytes",
+    "activation_extras",
+    "activation_bytes",
+    "VocabRun",
+    "vocab_parallel",
+]

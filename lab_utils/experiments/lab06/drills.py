@@ -5,6 +5,7 @@ a SIMULATED slow link, and thin matmuls at large t. Each worker returns small da
     dropout_drill(ctx, cfg, steps)        seeding bugs that corrupt training silently, and the fix
     mlp_share_times(...)                  one rank's MLP share for growing t (one process)
 """
+
 from __future__ import annotations
 
 import time
@@ -21,13 +22,18 @@ from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
 from lab_utils.parallel.compose import apply_tp
-from lab_utils.parallel.tensor_parallel import (TPRandom, full_dropout_masks,
-                                                replay_dropout_masks, seed_tensor_parallel,
-                                                set_recording, tensor_parallelize)
+from lab_utils.parallel.tensor_parallel import (
+    TPRandom,
+    full_dropout_masks,
+    replay_dropout_masks,
+    seed_tensor_parallel,
+    set_recording,
+    tensor_parallelize,
+)
 from lab_utils.topology import Topology
 
-
 # -- 4. ours vs parallelize_module ------------------------------------------------------------
+
 
 @dataclass
 class DTensorComparison:
@@ -40,11 +46,14 @@ def compare_dtensor(ctx: Any, cfg: GPTConfig, steps: int) -> DTensorComparison:
     """Unsharded, ours (tensor_parallelize) and DTensor with compose.apply_tp's plan (as is,
     and with the attention input replicated first), trained side by side on the same data."""
     tp_mesh = Topology(tp=ctx.world_size).build_mesh()["tp"]
-    models = {"unsharded": TinyGPT(cfg, seed=0),
-              "ours (tensor_parallelize)": tensor_parallelize(TinyGPT(cfg, seed=0), ctx.group),
-              "DTensor, apply_tp": apply_tp(TinyGPT(cfg, seed=0), tp_mesh),
-              "DTensor, apply_tp(replicate_attention_input)": apply_tp(
-                  TinyGPT(cfg, seed=0), tp_mesh, replicate_attention_input=True)}
+    models = {
+        "unsharded": TinyGPT(cfg, seed=0),
+        "ours (tensor_parallelize)": tensor_parallelize(TinyGPT(cfg, seed=0), ctx.group),
+        "DTensor, apply_tp": apply_tp(TinyGPT(cfg, seed=0), tp_mesh),
+        "DTensor, apply_tp(replicate_attention_input)": apply_tp(
+            TinyGPT(cfg, seed=0), tp_mesh, replicate_attention_input=True
+        ),
+    }
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-2) for k, m in models.items()}
     losses, calls = {k: [] for k in models}, {}
     for idx, tgt in token_batches(steps, 8, cfg.seq_len, cfg.vocab_size, seed=2):
@@ -78,7 +87,9 @@ class DrillStep:
 @dataclass
 class DrillRun:
     steps: list[DrillStep]
-    head_mask_agree: float  # fraction of equal attention-dropout entries, rank 0's vs rank 1's heads
+    head_mask_agree: (
+        float  # fraction of equal attention-dropout entries, rank 0's vs rank 1's heads
+    )
 
 
 def dropout_drill(ctx: Any, cfg: GPTConfig, steps: int) -> dict[str, DrillRun]:
@@ -108,9 +119,14 @@ def dropout_drill(ctx: Any, cfg: GPTConfig, steps: int) -> dict[str, DrillRun]:
             grads = unshard(model, grads=True)
             every = [torch.empty_like(logits) for _ in range(ctx.world_size)]
             dist.all_gather(every, logits.detach(), group=ctx.group)
-            rows.append(DrillStep(loss.item(), ref_loss.item(),
-                                  max(maxdiff(grads[n], p.grad) for n, p in ref.named_parameters()),
-                                  max(maxdiff(e, every[0]) for e in every)))
+            rows.append(
+                DrillStep(
+                    loss.item(),
+                    ref_loss.item(),
+                    max(maxdiff(grads[n], p.grad) for n, p in ref.named_parameters()),
+                    max(maxdiff(e, every[0]) for e in every),
+                )
+            )
             opt.step()
             ref_opt.step()
         mask = model.blocks[0].attn.attn_drop.last_mask.to(torch.uint8)
@@ -125,16 +141,23 @@ def drill_rows(drill: list[dict[str, DrillRun]]) -> list[dict]:
     rows = []
     for mode in DRILL_MODES:
         r0, r1 = drill[0][mode], drill[1][mode]
-        rows.append({"seeding": mode, "loss r0 first": r0.steps[0].loss,
-                     "loss r0 last": r0.steps[-1].loss, "loss r1 last": r1.steps[-1].loss,
-                     "max |logits r0 - r1|": max(s.spread for s in r0.steps),
-                     "max |loss - replay|": max(abs(s.loss - s.ref) for s in r0.steps),
-                     "max |grad err| step 0": r0.steps[0].grad_err,
-                     "head masks agree": r0.head_mask_agree})
+        rows.append(
+            {
+                "seeding": mode,
+                "loss r0 first": r0.steps[0].loss,
+                "loss r0 last": r0.steps[-1].loss,
+                "loss r1 last": r1.steps[-1].loss,
+                "max |logits r0 - r1|": max(s.spread for s in r0.steps),
+                "max |loss - replay|": max(abs(s.loss - s.ref) for s in r0.steps),
+                "max |grad err| step 0": r0.steps[0].grad_err,
+                "head masks agree": r0.head_mask_agree,
+            }
+        )
     return rows
 
 
 # -- 7. thin matmuls (one process) --------------------------------------------------------------
+
 
 @dataclass
 class ShareTiming:

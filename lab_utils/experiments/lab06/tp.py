@@ -13,6 +13,7 @@ The drills (DTensor comparison, dropout seeding, slow link, thin matmuls) are in
 Measurement stays outside the technique: CommLedger sees the collectives (formula bytes of what
 was called), WireMeter what the kernel sent, SavedActivations what autograd kept.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,10 +27,16 @@ from lab_utils.data import token_batches
 from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger, SavedActivations, WireMeter
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss
-from lab_utils.parallel.tensor_parallel import (ColumnParallelLinear, RowParallelLinear,
-                                                TPAttention, TPMLP, seed_tensor_parallel,
-                                                sync_sequence_parallel_grads, tensor_parallelize,
-                                                vocab_parallel_cross_entropy)
+from lab_utils.parallel.tensor_parallel import (
+    TPMLP,
+    ColumnParallelLinear,
+    RowParallelLinear,
+    TPAttention,
+    seed_tensor_parallel,
+    sync_sequence_parallel_grads,
+    tensor_parallelize,
+    vocab_parallel_cross_entropy,
+)
 from lab_utils.topology import Topology
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -47,6 +54,7 @@ def maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # -- 1. one matmul, two splits -----------------------------------------------------------------
+
 
 @dataclass
 class SplitDemo:
@@ -70,11 +78,18 @@ def split_demo(ctx: Any, X: torch.Tensor, A: torch.Tensor) -> SplitDemo:
     row = RowParallelLinear(lin, ctx.group)  # my columns of W = my rows of A
     x_mine = X.chunk(ctx.world_size, dim=1)[ctx.rank]  # row-parallel input: my input features
     with torch.no_grad():
-        return SplitDemo(col.weight.T.clone(), col(X), x_mine, row.weight.T.clone(),
-                         x_mine @ row.weight.T, row(x_mine))
+        return SplitDemo(
+            col.weight.T.clone(),
+            col(X),
+            x_mine,
+            row.weight.T.clone(),
+            x_mine @ row.weight.T,
+            row(x_mine),
+        )
 
 
 # -- 2. the Megatron blocks against the unsharded ones ------------------------------------------
+
 
 @dataclass
 class BlockCheck:
@@ -103,21 +118,36 @@ def check_blocks(ctx: Any, cfg: GPTConfig, ts: tuple[int, ...] = (2, 4)) -> list
             yr.square().sum().backward()
             ys.square().sum().backward()
             full = unshard(sharded, grads=True)  # all-gathers: every rank calls
-            rows.append(BlockCheck(t, part, maxdiff(ys, yr), maxdiff(xs.grad, xr.grad),
-                                   max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters()),
-                                   {n: tuple(p.shape) for n, p in sharded.named_parameters()}))
+            rows.append(
+                BlockCheck(
+                    t,
+                    part,
+                    maxdiff(ys, yr),
+                    maxdiff(xs.grad, xr.grad),
+                    max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters()),
+                    {n: tuple(p.shape) for n, p in sharded.named_parameters()},
+                )
+            )
         ref, model = TinyGPT(cfg, seed=0), tensor_parallelize(TinyGPT(cfg, seed=0), group)
         idx, tgt = token_batches(1, 4, cfg.seq_len, cfg.vocab_size, seed=1)[0]
         lr, lt = lm_loss(ref(idx), tgt), lm_loss(model(idx), tgt)
         lr.backward()
         lt.backward()
         full = unshard(model, grads=True)
-        rows.append(BlockCheck(t, "TinyGPT", abs(lt.item() - lr.item()), float("nan"),
-                               max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters())))
+        rows.append(
+            BlockCheck(
+                t,
+                "TinyGPT",
+                abs(lt.item() - lr.item()),
+                float("nan"),
+                max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters()),
+            )
+        )
     return rows
 
 
 # -- 3. communication of one step: formula | ledger | wire -------------------------------------
+
 
 @dataclass
 class StepComm:
@@ -132,8 +162,7 @@ class StepComm:
     wire: dict[str, int | None]
 
 
-def step_comm(ctx: Any, cfg: GPTConfig, batch: int, ts: tuple[int, ...] = (2, 4)
-              ) -> list[StepComm]:
+def step_comm(ctx: Any, cfg: GPTConfig, batch: int, ts: tuple[int, ...] = (2, 4)) -> list[StepComm]:
     """For each t and with / without sequence parallelism: one training step, measured."""
     idx, tgt = token_batches(1, batch, cfg.seq_len, cfg.vocab_size, seed=1)[0]
     out = []
@@ -152,8 +181,15 @@ def step_comm(ctx: Any, cfg: GPTConfig, batch: int, ts: tuple[int, ...] = (2, 4)
                         else:
                             sync_sequence_parallel_grads(model, group)
                     wire[ph] = meter.sent
-            out.append(StepComm(t, sp, _calls(ledger, PHASES),
-                                {ph: ledger.bytes_sent(phase=ph) for ph in PHASES}, wire))
+            out.append(
+                StepComm(
+                    t,
+                    sp,
+                    _calls(ledger, PHASES),
+                    {ph: ledger.bytes_sent(phase=ph) for ph in PHASES},
+                    wire,
+                )
+            )
     return out
 
 
@@ -165,8 +201,9 @@ def comm_formula(t: int, sp: bool, batch: int, cfg: GPTConfig) -> dict[str, floa
     """The papers' count per phase, bytes one rank sends (ring): 2 all-reduces of (b, s, h) per
     layer each way (Shoeybi et al. 2019); with SP each becomes a reduce-scatter + all-gather,
     "the same volume" (Korthikanti et al. 2022, Sec. 4.2.2). Nothing for the grad sync."""
-    per = calc.tp_layer_comm(batch, cfg.seq_len, cfg.d_model, t, bytes_per_elem=4,
-                             sequence_parallel=sp)
+    per = calc.tp_layer_comm(
+        batch, cfg.seq_len, cfg.d_model, t, bytes_per_elem=4, sequence_parallel=sp
+    )
     half = per.bytes_per_rank * cfg.n_layer / 2
     return {"forward": half, "backward": half, "grad sync": 0.0}
 
@@ -178,8 +215,11 @@ def sp_extras(t: int, batch: int, cfg: GPTConfig, sync_bytes: float) -> dict[str
     after the last block; the all-reduce of the LayerNorm / row-bias grads (sync_bytes, the
     grads' size)."""
     gather = calc.ring_bytes_per_rank("all_gather", t, batch * cfg.seq_len * cfg.d_model * 4)
-    return {"forward": gather, "backward": (2 * cfg.n_layer + 1) * gather,
-            "grad sync": calc.ring_bytes_per_rank("all_reduce", t, sync_bytes)}
+    return {
+        "forward": gather,
+        "backward": (2 * cfg.n_layer + 1) * gather,
+        "grad sync": calc.ring_bytes_per_rank("all_reduce", t, sync_bytes),
+    }
 
 
 def sp_sync_bytes(cfg: GPTConfig) -> int:
@@ -194,7 +234,9 @@ def comm_rows(results: list[StepComm], batch: int, cfg: GPTConfig) -> list[dict]
     rows = []
     for r in results:
         formula = comm_formula(r.t, r.sp, batch, cfg)
-        extras = sp_extras(r.t, batch, cfg, sp_sync_bytes(cfg)) if r.sp else dict.fromkeys(PHASES, 0.0)
+        extras = (
+            sp_extras(r.t, batch, cfg, sp_sync_bytes(cfg)) if r.sp else dict.fromkeys(PHASES, 0.0)
+        )
         for ph in PHASES:
             if not r.sp and ph == "grad sync":
                 continue
@@ -202,16 +244,28 @@ def comm_rows(results: list[StepComm], batch: int, cfg: GPTConfig) -> list[dict]
             rs_msg = batch * cfg.seq_len * cfg.d_model * 4
             gloo_rs = n_rs * calc.ring_bytes_per_rank("reduce_scatter", r.t, rs_msg)
             calls = ", ".join(f"{n} {op}" for op, n in r.calls[ph].items() if n)
-            rows.append({"t": r.t, "SP": "yes" if r.sp else "no", "phase": ph, "calls": calls,
-                         "formula": round(formula[ph]), "ledger": round(r.ledger[ph]),
-                         "ledger - formula": round(r.ledger[ph] - formula[ph]),
-                         "SP extras": round(extras[ph]), "wire": r.wire[ph],
-                         "wire - ledger": None if r.wire[ph] is None else round(r.wire[ph] - r.ledger[ph]),
-                         "gloo RS excess": round(gloo_rs)})
+            rows.append(
+                {
+                    "t": r.t,
+                    "SP": "yes" if r.sp else "no",
+                    "phase": ph,
+                    "calls": calls,
+                    "formula": round(formula[ph]),
+                    "ledger": round(r.ledger[ph]),
+                    "ledger - formula": round(r.ledger[ph] - formula[ph]),
+                    "SP extras": round(extras[ph]),
+                    "wire": r.wire[ph],
+                    "wire - ledger": None
+                    if r.wire[ph] is None
+                    else round(r.wire[ph] - r.ledger[ph]),
+                    "gloo RS excess": round(gloo_rs),
+                }
+            )
     return rows
 
 
 # -- 3b. activation memory of one layer ----------------------------------------------------------
+
 
 @dataclass
 class ActivationBytes:
@@ -230,29 +284,37 @@ def activation_extras(batch: int, seq: int, t: int, sp: bool) -> int:
     return 2 * 2 * batch * (seq // (t if sp else 1)) * 2 + seq * seq
 
 
-def activation_bytes(ctx: Any, cfg: GPTConfig, batch: int, ts: tuple[int, ...] = (1, 2, 4)
-                     ) -> list[ActivationBytes]:
+def activation_bytes(
+    ctx: Any, cfg: GPTConfig, batch: int, ts: tuple[int, ...] = (1, 2, 4)
+) -> list[ActivationBytes]:
     """One layer of a bf16 TinyGPT with dropout (the paper's 1-byte masks), per t, SP or not."""
     out = []
     for t in ts:
         group = tp_group(ctx, t)
         for sp in (False, True):
             model = TinyGPT(cfg, seed=0).to(torch.bfloat16)
-            tensor_parallelize(model, group, sequence_parallel=sp,
-                               rng=seed_tensor_parallel(0, group))  # dropout needs both streams
-            x = torch.randn(batch, cfg.seq_len, cfg.d_model, dtype=torch.bfloat16,
-                            requires_grad=True)
+            tensor_parallelize(
+                model, group, sequence_parallel=sp, rng=seed_tensor_parallel(0, group)
+            )  # dropout needs both streams
+            x = torch.randn(
+                batch, cfg.seq_len, cfg.d_model, dtype=torch.bfloat16, requires_grad=True
+            )
             with SavedActivations(model.blocks[0]) as acts:  # SP: the block keeps its T/t slice
                 y = model.blocks[0](x)
             y.float().sum().backward()
-            formula = calc.activation_bytes_per_layer(cfg.seq_len, batch, cfg.d_model,
-                                                      cfg.n_head, t, sp)
-            out.append(ActivationBytes(t, sp, acts.bytes, formula,
-                                       activation_extras(batch, cfg.seq_len, t, sp)))
+            formula = calc.activation_bytes_per_layer(
+                cfg.seq_len, batch, cfg.d_model, cfg.n_head, t, sp
+            )
+            out.append(
+                ActivationBytes(
+                    t, sp, acts.bytes, formula, activation_extras(batch, cfg.seq_len, t, sp)
+                )
+            )
     return out
 
 
 # -- 3c. embeddings and the loss under TP ------------------------------------------------------
+
 
 @dataclass
 class VocabRun:
@@ -277,22 +339,34 @@ def vocab_parallel(ctx: Any, cfg: GPTConfig, batch: int) -> list[VocabRun]:
     ref_loss.backward()
     out = []
     for variant, gather in (("gather logits", True), ("vocab-parallel CE", False)):
-        model = tensor_parallelize(TinyGPT(cfg, seed=0), ctx.group, vocab_parallel=True,
-                                   gather_logits=gather)
+        model = tensor_parallelize(
+            TinyGPT(cfg, seed=0), ctx.group, vocab_parallel=True, gather_logits=gather
+        )
         ledger, wire = CommLedger(), {}
         with ledger:
             with ledger.phase("forward"), WireMeter(ctx) as meter:
                 logits = model(idx)  # (B, T, V) gathered, or (B, T, V/t) this rank's slice
-                loss = (lm_loss(logits, tgt) if gather else vocab_parallel_cross_entropy(
-                    logits.flatten(0, 1), tgt.flatten(), ctx.group).mean())
+                loss = (
+                    lm_loss(logits, tgt)
+                    if gather
+                    else vocab_parallel_cross_entropy(
+                        logits.flatten(0, 1), tgt.flatten(), ctx.group
+                    ).mean()
+                )
             wire["forward"] = meter.sent
             with ledger.phase("backward"), WireMeter(ctx) as meter:
                 loss.backward()
             wire["backward"] = meter.sent
         full = unshard(model, grads=True)
-        out.append(VocabRun(variant, abs(loss.item() - ref_loss.item()),
-                            max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters()),
-                            _calls(ledger, ("forward", "backward")),
-                            {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
-                            wire, logits.numel() * logits.element_size()))
+        out.append(
+            VocabRun(
+                variant,
+                abs(loss.item() - ref_loss.item()),
+                max(maxdiff(full[n], p.grad) for n, p in ref.named_parameters()),
+                _calls(ledger, ("forward", "backward")),
+                {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
+                wire,
+                logits.numel() * logits.element_size(),
+            )
+        )
     return out

@@ -11,6 +11,7 @@ proportions of compute and communication are a real model's.
     layer_scale     the Scale of a full-width layer (b, s, h) over the lab's tiny one
     placements      the two clusters: TP group inside a node, and spanning two
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,14 @@ def _layer_flops(b: int, s: int, h: int) -> float:
     return 72 * b * s * h * h * (1 + s / (6 * h))
 
 
-def layer_scale(cfg: GPTConfig, batch: int, full_h: int = 4096, full_s: int = 2048,
-                full_b: int = 1, full_bytes: int = 2) -> twin.Scale:
+def layer_scale(
+    cfg: GPTConfig,
+    batch: int,
+    full_h: int = 4096,
+    full_s: int = 2048,
+    full_b: int = 1,
+    full_bytes: int = 2,
+) -> twin.Scale:
     """FLOPs by one layer's training FLOPs, bytes by the b x s x h activation TP all-reduces
     (fp32 here, ``full_bytes`` per element there). One ratio for all FLOPs and one for all
     bytes: an approximation that keeps a full-width layer's compute-to-communication ratio."""
@@ -43,8 +50,10 @@ def layer_scale(cfg: GPTConfig, batch: int, full_h: int = 4096, full_s: int = 20
 
 def placements(preset: str = "DGX H100") -> dict[str, twin.Cluster]:
     """Two GPUs of ``preset``: in one node, and one in each of two nodes."""
-    return {"inside one node": twin.Cluster.preset(preset, nodes=1, gpus_per_node=2),
-            "across two nodes": twin.Cluster.preset(preset, nodes=2, gpus_per_node=1)}
+    return {
+        "inside one node": twin.Cluster.preset(preset, nodes=1, gpus_per_node=2),
+        "across two nodes": twin.Cluster.preset(preset, nodes=2, gpus_per_node=1),
+    }
 
 
 def tp_pp_steps(ctx: Any, cfg: GPTConfig, batch: int) -> dict[str, tuple[float | None, float]]:

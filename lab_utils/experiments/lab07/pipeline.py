@@ -12,6 +12,7 @@ Each experiment is a dict of ``pipeline_step`` keyword arguments; one launch run
 them. Timing and memory counts come from ``sim.StageObserver`` (emulated seconds when the run is
 on the twin); bytes from CommLedger (ledger) and WireMeter (wire) around the step.
 """
+
 from __future__ import annotations
 
 import gc
@@ -24,10 +25,10 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
+from lab_utils import twin
 from lab_utils.calc.comm import pp_bytes_per_microbatch
 from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
 from lab_utils.data import token_batches
-from lab_utils import twin
 from lab_utils.experiments.lab06.twin import layer_scale
 from lab_utils.experiments.lab07.sim import StageObserver
 from lab_utils.measure import CommLedger, Timeline, WireMeter
@@ -82,13 +83,23 @@ def make_batch(m: int, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG, seed: i
     return token_batches(1, m * micro_batch, cfg.seq_len, cfg.vocab_size, seed=seed)[0]
 
 
-def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
-                  cfg: GPTConfig = PP_CONFIG, balance: list[int] | None = None,
-                  order: Any = None, v: int | None = None,
-                  warmup_step: bool | None = None, deadlock_after_s: float | None = None,
-                  measure_bytes: bool = False, ledger: bool = False, repeats: int = 1,
-                  pp: int | None = None,
-                  seed: int = 0) -> StageRun:
+def pipeline_step(
+    ctx: Any,
+    schedule: str = "1f1b",
+    m: int = 4,
+    micro_batch: int = 2,
+    cfg: GPTConfig = PP_CONFIG,
+    balance: list[int] | None = None,
+    order: Any = None,
+    v: int | None = None,
+    warmup_step: bool | None = None,
+    deadlock_after_s: float | None = None,
+    measure_bytes: bool = False,
+    ledger: bool = False,
+    repeats: int = 1,
+    pp: int | None = None,
+    seed: int = 0,
+) -> StageRun:
     """One forward+backward step of a p-stage pipeline on this rank (p = ``pp``, default the
     world size; with pp < world size, world/pp replicas run the same pipeline side by side:
     Topology(dp=world/pp, pp=pp) says which ranks are neighbours).
@@ -119,9 +130,20 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     for step in range(-1 if warmup_step else 0, repeats):
         # the untimed warm-up step (real compute) keeps first-call allocations out of the timeline
         base = next(_STEPS) * _TAGS_PER_STEP
-        chunks = [StageWorker(stages[k], k, p * v, *pipeline_neighbours(topo, rank, k, p * v),
-                              inputs.chunk(m), targets.chunk(m), shape, base, deadlock_after_s)
-                  for k in ids]
+        chunks = [
+            StageWorker(
+                stages[k],
+                k,
+                p * v,
+                *pipeline_neighbours(topo, rank, k, p * v),
+                inputs.chunk(m),
+                targets.chunk(m),
+                shape,
+                base,
+                deadlock_after_s,
+            )
+            for k in ids
+        ]
         timed = step >= 0
         if timed:
             timeline.events = []
@@ -139,15 +161,23 @@ def pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int
     own = {id(q) for k in ids for q in stages[k].parameters()}
     grads = {n: q.grad.clone() for n, q in model.named_parameters() if id(q) in own}
     last = chunks[-1] if chunks[-1].last else None
-    return StageRun(events, obs.peak_in_flight, obs.peak_bytes,
-                    last.loss if last else None, grads,
-                    calls.bytes_sent() if calls else None, wire.result() if wire else None)
+    return StageRun(
+        events,
+        obs.peak_in_flight,
+        obs.peak_bytes,
+        last.loss if last else None,
+        grads,
+        calls.bytes_sent() if calls else None,
+        wire.result() if wire else None,
+    )
 
 
 @contextmanager
 def _bytes_meters(ctx: Any, wire: bool, ledger: bool) -> Iterator[tuple[Any, Any]]:
-    with CommLedger() if ledger else nullcontext() as calls, \
-            WireMeter(ctx) if wire else nullcontext() as meter:
+    with (
+        CommLedger() if ledger else nullcontext() as calls,
+        WireMeter(ctx) if wire else nullcontext() as meter,
+    ):
         yield calls, meter
 
 
@@ -171,14 +201,22 @@ def merge(per_rank: Sequence[StageRun], exp: dict) -> PipelineRun:
     events = min(steps.values(), key=lambda ev: _idle(ev, window))
     t0 = min(e["start"] for e in events)
     events = [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in events]
-    return PipelineRun(schedule, exp.get("pp") or len(per_rank), exp.get("m", 4),
-                       exp.get("v") or SCHEDULES[schedule][1], events,
-                       bubble_from_timeline(events), bubble_from_timeline(events, window="rank"),
-                       [r.peak_in_flight for r in per_rank], [r.peak_bytes for r in per_rank],
-                       next(r.loss for r in per_rank if r.loss is not None),
-                       {n: g for r in per_rank for n, g in r.grads.items()},
-                       [r.ledger_bytes for r in per_rank],
-                       [r.wire for r in per_rank], dict(exp))
+    return PipelineRun(
+        schedule,
+        exp.get("pp") or len(per_rank),
+        exp.get("m", 4),
+        exp.get("v") or SCHEDULES[schedule][1],
+        events,
+        bubble_from_timeline(events),
+        bubble_from_timeline(events, window="rank"),
+        [r.peak_in_flight for r in per_rank],
+        [r.peak_bytes for r in per_rank],
+        next(r.loss for r in per_rank if r.loss is not None),
+        {n: g for r in per_rank for n, g in r.grads.items()},
+        [r.ledger_bytes for r in per_rank],
+        [r.wire for r in per_rank],
+        dict(exp),
+    )
 
 
 def _idle(events: list[dict], window: str) -> float:
@@ -186,8 +224,13 @@ def _idle(events: list[dict], window: str) -> float:
     return b.mean if window == "global" else b.max
 
 
-def run_pipeline(experiments: list[dict], world_size: int, cluster: twin.Cluster | None = None,
-                 scale: twin.Scale | None = None, **run_kwargs: Any) -> list[PipelineRun]:
+def run_pipeline(
+    experiments: list[dict],
+    world_size: int,
+    cluster: twin.Cluster | None = None,
+    scale: twin.Scale | None = None,
+    **run_kwargs: Any,
+) -> list[PipelineRun]:
     """Launch ``pp_worker`` on world_size ranks; one merged PipelineRun per experiment. With
     ``cluster`` the ranks run on the emulated cluster (``twin.emulate``): every time in the
     runs is EMULATED seconds (``scale``: the FLOPs and bytes charged, see pipeline_scale)."""
@@ -195,22 +238,26 @@ def run_pipeline(experiments: list[dict], world_size: int, cluster: twin.Cluster
 
     run_kwargs = {"quiet": True, **run_kwargs}
     if cluster is not None:
-        res = twin.emulate(pp_worker, world_size, cluster, experiments, scale=scale,
-                           **run_kwargs).results
+        res = twin.emulate(
+            pp_worker, world_size, cluster, experiments, scale=scale, **run_kwargs
+        ).results
     else:
         if note := oversubscription_note(world_size, "gloo"):
             print(f"[pp] real-compute mode: {note}")
         res = run(pp_worker, world_size, experiments, **run_kwargs)
-    return [merge([res[r][k] for r in range(world_size)], exp)
-            for k, exp in enumerate(experiments)]
+    return [merge([res[r][k] for r in range(world_size)], exp) for k, exp in enumerate(experiments)]
 
 
-def pipeline_cluster(preset: str = "DGX H100", p: int = 4, across_nodes: bool = False
-                     ) -> twin.Cluster:
+def pipeline_cluster(
+    preset: str = "DGX H100", p: int = 4, across_nodes: bool = False
+) -> twin.Cluster:
     """The lab's emulated cluster: p GPUs of ``preset`` in one node (stages talk over NVLink),
     or one per node (every stage boundary crosses the network)."""
-    return (twin.Cluster.preset(preset, nodes=p, gpus_per_node=1) if across_nodes
-            else twin.Cluster.preset(preset, nodes=1, gpus_per_node=p))
+    return (
+        twin.Cluster.preset(preset, nodes=p, gpus_per_node=1)
+        if across_nodes
+        else twin.Cluster.preset(preset, nodes=1, gpus_per_node=p)
+    )
 
 
 def pipeline_scale(cfg: GPTConfig = PP_CONFIG, micro_batch: int = 2) -> twin.Scale:
@@ -220,8 +267,9 @@ def pipeline_scale(cfg: GPTConfig = PP_CONFIG, micro_batch: int = 2) -> twin.Sca
     return layer_scale(cfg, micro_batch)
 
 
-def reference_grads(m: int = 4, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG,
-                    seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
+def reference_grads(
+    m: int = 4, micro_batch: int = 2, cfg: GPTConfig = PP_CONFIG, seed: int = 0
+) -> tuple[float, dict[str, torch.Tensor]]:
     """Single process, whole batch: the loss and d loss / d param every pipeline must match."""
     model = TinyGPT(cfg, seed=seed)
     inputs, targets = make_batch(m, micro_batch, cfg, seed)
@@ -237,8 +285,14 @@ def grad_error(run: PipelineRun, ref_grads: dict[str, torch.Tensor]) -> float:
     return max((run.grads[n] - g).abs().max().item() for n, g in ref_grads.items())
 
 
-def p2p_bytes_formula(schedule: str, p: int, m: int, micro_batch: int = 2,
-                      cfg: GPTConfig = PP_CONFIG, v: int | None = None) -> list[float]:
+def p2p_bytes_formula(
+    schedule: str,
+    p: int,
+    m: int,
+    micro_batch: int = 2,
+    cfg: GPTConfig = PP_CONFIG,
+    v: int | None = None,
+) -> list[float]:
     """Bytes each rank sends per step (formula): m messages of b*T*C*4 bytes (fp32) per stage
     boundary and direction it sends over: forward from every stage but the last, backward
     from every stage but the first. v chunks per rank: v times the boundaries."""
@@ -248,8 +302,13 @@ def p2p_bytes_formula(schedule: str, p: int, m: int, micro_batch: int = 2,
     return [m * msg * sum((k < n - 1) + (k > 0) for k in range(r, n, p)) for r in range(p)]
 
 
-def stage_compute_costs(cfg: GPTConfig, p: int, micro_batch: int = 2, repeats: int = 15,
-                        balance: list[int] | None = None) -> list[float]:
+def stage_compute_costs(
+    cfg: GPTConfig,
+    p: int,
+    micro_batch: int = 2,
+    repeats: int = 15,
+    balance: list[int] | None = None,
+) -> list[float]:
     """CPU seconds of forward + backward of one micro-batch on each of the p stages (this
     process, one thread, best of ``repeats``): the embeddings and the head slow their stages."""
     threads = torch.get_num_threads()

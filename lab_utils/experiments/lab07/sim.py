@@ -11,6 +11,7 @@ they are this machine's wall clock.
 (The slept "simulated compute" that once padded each op to a chosen time is gone: the emulated
 cluster is the course's one model of time.)
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
@@ -42,11 +43,16 @@ class StageObserver:
         t0 = self.now()
         with SavedActivations(w.module) if op == "F" else nullcontext() as acts:
             yield
-        self.timeline.add("B" if op == "BW" else op, t0, self.now(), mb=mb,
-                          stage=w.stage, chunk=self.chunks.index(w))
+        self.timeline.add(
+            "B" if op == "BW" else op,
+            t0,
+            self.now(),
+            mb=mb,
+            stage=w.stage,
+            chunk=self.chunks.index(w),
+        )
         if op == "F":
             self.live[(w.stage, mb)] = acts.bytes
-        self.live = {(k, j): b for (k, j), b in self.live.items()
-                     if k != w.stage or j in w.stored}
+        self.live = {(k, j): b for (k, j), b in self.live.items() if k != w.stage or j in w.stored}
         self.peak_in_flight = max(self.peak_in_flight, len(self.live))
         self.peak_bytes = max(self.peak_bytes, sum(self.live.values()))

@@ -19,6 +19,7 @@ this lab derives for its ZB-H2 (``schedules.zero_bubble`` with k = 2):
     first B arrives; running each W right after its B to keep that count brings back idle time
     on this round structure (tests/test_pp.py::test_zb_h2_needs_its_deferred_w).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -44,8 +45,9 @@ def in_flight_formula(schedule: str, p: int, m: int, v: int = 1) -> list[float]:
     min(2p - 1, m) on every stage, see the module docstring)."""
     if schedule == "zb-h2":
         return [float(min(2 * p - 1, m))] * p
-    return [peak_in_flight(schedule, p, m, s, v if schedule == "interleaved" else 1)
-            for s in range(p)]
+    return [
+        peak_in_flight(schedule, p, m, s, v if schedule == "interleaved" else 1) for s in range(p)
+    ]
 
 
 def measured_in_flight(run: Any) -> list[float]:
@@ -77,9 +79,15 @@ def op_rows(runs: Sequence[Any]) -> list[dict]:
         for rank in range(r.p):
             mine = [e for e in r.events if e["rank"] % r.p == rank]
             mean = {k: [e["end"] - e["start"] for e in mine if e["name"] == k] for k in "FBW"}
-            rows.append({"schedule": label(r), "rank": rank,
-                         **{k: 1e3 * sum(d) / len(d) if d else None for k, d in mean.items()},
-                         "computed": 1e3 * busy[rank], "step": 1e3 * step})
+            rows.append(
+                {
+                    "schedule": label(r),
+                    "rank": rank,
+                    **{k: 1e3 * sum(d) / len(d) if d else None for k, d in mean.items()},
+                    "computed": 1e3 * busy[rank],
+                    "step": 1e3 * step,
+                }
+            )
     return rows
 
 
@@ -97,21 +105,36 @@ def schedule_rows(runs: Sequence[Any]) -> list[dict]:
     for r in runs:
         f = bubble_formula(r.schedule, r.p, r.m, r.v)
         meas = measured_bubble(r)
-        rows.append({"schedule": label(r), "m": r.m,
-                     "bubble window": "steady" if r.schedule == "zb-h2" else "step",
-                     "formula": f, "measured": meas, "diff": meas - f,
-                     "in flight (formula)": _fmt(in_flight_formula(r.schedule, r.p, r.m, r.v)),
-                     "in flight (measured)": _fmt(measured_in_flight(r))})
+        rows.append(
+            {
+                "schedule": label(r),
+                "m": r.m,
+                "bubble window": "steady" if r.schedule == "zb-h2" else "step",
+                "formula": f,
+                "measured": meas,
+                "diff": meas - f,
+                "in flight (formula)": _fmt(in_flight_formula(r.schedule, r.p, r.m, r.v)),
+                "in flight (measured)": _fmt(measured_in_flight(r)),
+            }
+        )
     return rows
 
 
-def grad_rows(runs: Sequence[Any], ref_loss: float, ref_grads: dict[str, torch.Tensor]) -> list[dict]:
+def grad_rows(
+    runs: Sequence[Any], ref_loss: float, ref_grads: dict[str, torch.Tensor]
+) -> list[dict]:
     """Largest gradient difference and loss difference to the single-process reference."""
     from lab_utils.experiments.lab07.pipeline import grad_error
 
-    return [{"schedule": label(r), "split": "uneven" if r.exp.get("balance") else "even",
-             "max |grad - ref|": grad_error(r, ref_grads), "|loss - ref|": abs(r.loss - ref_loss)}
-            for r in runs]
+    return [
+        {
+            "schedule": label(r),
+            "split": "uneven" if r.exp.get("balance") else "even",
+            "max |grad - ref|": grad_error(r, ref_grads),
+            "|loss - ref|": abs(r.loss - ref_loss),
+        }
+        for r in runs
+    ]
 
 
 def bytes_rows(runs: Sequence[Any], micro_batch: int = 2) -> list[dict]:
@@ -124,8 +147,14 @@ def bytes_rows(runs: Sequence[Any], micro_batch: int = 2) -> list[dict]:
         formula = sum(p2p_bytes_formula(r.schedule, r.p, r.m, micro_batch, v=r.v))
         sent = [w.sent for w in r.wire if w is not None]
         wire = sum(sent) if sent and None not in sent else None
-        rows.append({"schedule": label(r), "messages": 2 * r.m * (r.p * r.v - 1),
-                     "formula": round(formula), "wire": wire,
-                     "wire / formula": wire / formula if wire else None,
-                     "headers (48 B)": (wire - formula) / GLOO_HEADER_BYTES if wire else None})
+        rows.append(
+            {
+                "schedule": label(r),
+                "messages": 2 * r.m * (r.p * r.v - 1),
+                "formula": round(formula),
+                "wire": wire,
+                "wire / formula": wire / formula if wire else None,
+                "headers (48 B)": (wire - formula) / GLOO_HEADER_BYTES if wire else None,
+            }
+        )
     return rows

@@ -8,6 +8,7 @@ compute each rank was charged for the FLOPs torch's schedule really ran, and its
 bubble is measured there. ``replay`` re-times each rank's recorded ORDER with exact op times and
 free messages: what the schedule itself achieves, without its messages or uneven stages.
 """
+
 from __future__ import annotations
 
 import gc
@@ -23,8 +24,11 @@ from lab_utils.calc.timeline import TimelineBubble, bubble_from_timeline
 from lab_utils.experiments.lab07.pipeline import make_batch
 from lab_utils.measure import Timeline
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.pipeline_parallel.torch_schedules import (TORCH_SCHEDULES, build_schedule,
-                                                                  stage_ids)
+from lab_utils.parallel.pipeline_parallel.torch_schedules import (
+    TORCH_SCHEDULES,
+    build_schedule,
+    stage_ids,
+)
 
 TORCH_CONFIG = GPTConfig(n_layer=8, d_model=16, n_head=2, seq_len=8, vocab_size=64)
 
@@ -103,8 +107,14 @@ class TorchRun:
     grads: dict[str, torch.Tensor]
 
 
-def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batch: int = 2,
-                        cfg: GPTConfig = TORCH_CONFIG, seed: int = 0) -> dict:
+def torch_pipeline_step(
+    ctx: Any,
+    schedule: str = "1f1b",
+    m: int = 4,
+    micro_batch: int = 2,
+    cfg: GPTConfig = TORCH_CONFIG,
+    seed: int = 0,
+) -> dict:
     """One training step with torch's schedule ``schedule`` on p = world-size ranks, after an
     untimed warm-up step. Returns this rank's recorded order (events), the timed step's window
     on the emulated clock (None off the twin), per-micro-batch losses (rank holding the last
@@ -134,9 +144,12 @@ def torch_pipeline_step(ctx: Any, schedule: str = "1f1b", m: int = 4, micro_batc
     end = twin.step()
     own = {id(q) for st in (all_stages[i] for i in ids) for q in st.parameters()}
     grads = {n: q.grad.clone() for n, q in model.named_parameters() if id(q) in own}
-    return dict(events=list(timeline.events), grads=grads,
-                window=None if start is None else (start, end),
-                losses=[loss.item() for loss in losses] if has_last else None)
+    return dict(
+        events=list(timeline.events),
+        grads=grads,
+        window=None if start is None else (start, end),
+        losses=[loss.item() for loss in losses] if has_last else None,
+    )
 
 
 def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
@@ -149,14 +162,20 @@ def torch_worker(ctx: Any, experiments: list[dict]) -> list[dict]:
 
 def _compute_in(em: twin.Emulation, rank: int, window: tuple[float, float]) -> list[dict]:
     """``rank``'s emulated compute spans inside ``window`` (as Gantt events)."""
-    return [dict(rank=rank, name=s["name"], start=s["start"], end=s["end"])
-            for s in em.records[rank].spans
-            if s["stream"] == "compute" and window[0] <= s["start"] < window[1]]
+    return [
+        dict(rank=rank, name=s["name"], start=s["start"], end=s["end"])
+        for s in em.records[rank].spans
+        if s["stream"] == "compute" and window[0] <= s["start"] < window[1]
+    ]
 
 
-def run_torch_pipeline(experiments: list[dict], world_size: int,
-                       cluster: twin.Cluster | None = None, scale: twin.Scale | None = None,
-                       **run_kwargs: Any) -> list[TorchRun]:
+def run_torch_pipeline(
+    experiments: list[dict],
+    world_size: int,
+    cluster: twin.Cluster | None = None,
+    scale: twin.Scale | None = None,
+    **run_kwargs: Any,
+) -> list[TorchRun]:
     """Launch; per experiment the merged events, bubble, mean loss, gradients and ``replayed``:
     the same per-rank order re-timed by ``replay`` (t_f = 1, t_b = 2, T_W = 1). With
     ``cluster`` on the emulated cluster: ``events`` are each rank's emulated compute spans of
@@ -168,8 +187,7 @@ def run_torch_pipeline(experiments: list[dict], world_size: int,
     run_kwargs = {"quiet": True, "preload": ("torch.distributed.pipelining",), **run_kwargs}
     em = None
     if cluster is not None:
-        em = twin.emulate(torch_worker, world_size, cluster, experiments, scale=scale,
-                          **run_kwargs)
+        em = twin.emulate(torch_worker, world_size, cluster, experiments, scale=scale, **run_kwargs)
         res = em.results
     else:
         res = run(torch_worker, world_size, experiments, **run_kwargs)
@@ -177,23 +195,40 @@ def run_torch_pipeline(experiments: list[dict], world_size: int,
     for k, exp in enumerate(experiments):
         per_rank: Sequence[dict] = [res[r][k] for r in range(world_size)]
         order = [e for r in per_rank for e in r["events"]]
-        events = order if em is None else [
-            e for r in range(world_size) for e in _compute_in(em, r, per_rank[r]["window"])]
+        events = (
+            order
+            if em is None
+            else [e for r in range(world_size) for e in _compute_in(em, r, per_rank[r]["window"])]
+        )
         t0 = min(e["start"] for e in events)
         events = [dict(e, start=e["start"] - t0, end=e["end"] - t0) for e in events]
         losses = next(r["losses"] for r in per_rank if r["losses"] is not None)
         _, v, _, split = TORCH_SCHEDULES[exp["schedule"]]
         ideal = replay(order, 1.0, 2.0, 1.0, v, split)
-        out.append(TorchRun(exp["schedule"], exp.get("m", 4), v, events,
-                            bubble_from_timeline(events), ideal,
-                            ideal and bubble_from_timeline(ideal),
-                            sum(losses) / len(losses),  # mean of micro-batch means = global mean
-                            {n: g for r in per_rank for n, g in r["grads"].items()}))
+        out.append(
+            TorchRun(
+                exp["schedule"],
+                exp.get("m", 4),
+                v,
+                events,
+                bubble_from_timeline(events),
+                ideal,
+                ideal and bubble_from_timeline(ideal),
+                sum(losses) / len(losses),  # mean of micro-batch means = global mean
+                {n: g for r in per_rank for n, g in r["grads"].items()},
+            )
+        )
     return out
 
 
-def replay(events: Sequence[dict], t_f: float = 1.0, t_b: float = 2.0, t_w: float | None = None,
-           v: int = 1, split: bool = False) -> list[dict] | None:
+def replay(
+    events: Sequence[dict],
+    t_f: float = 1.0,
+    t_b: float = 2.0,
+    t_w: float | None = None,
+    v: int = 1,
+    split: bool = False,
+) -> list[dict] | None:
     """Re-time a measured per-rank ORDER of operations with exact op times and free p2p.
 
     Each rank runs its events (dicts with rank, name F/B/W, mb, stage) in the order recorded;
@@ -219,8 +254,11 @@ def replay(events: Sequence[dict], t_f: float = 1.0, t_b: float = 2.0, t_w: floa
             while pos[r] < len(queue):
                 e = queue[pos[r]]
                 name, i, k = e["name"], e["mb"], e["stage"]
-                dep = {"F": ("F", i, k - 1) if k > 0 else None,
-                       "B": ("B", i, k + 1) if k < last else ("F", i, k), "W": ("B", i, k)}[name]
+                dep = {
+                    "F": ("F", i, k - 1) if k > 0 else None,
+                    "B": ("B", i, k + 1) if k < last else ("F", i, k),
+                    "W": ("B", i, k),
+                }[name]
                 if dep is not None and dep not in end:
                     break  # waits for another stage
                 start = max(free[r], end[dep] if dep else 0.0)

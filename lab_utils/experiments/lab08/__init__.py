@@ -11,9 +11,33 @@
 The names of training.py are importable from here (``lab08.train_3d``); plans.py and ring.py are
 modules of their own (``from lab_utils.experiments.lab08 import cp, plans, ring``).
 """
-from lab_utils.experiments.lab08.training import (AXES, CFG, LR, AxisComm, Run2D, Run3D,
-                                                  TraceStep, by_axis, experiments_2d,
-                                                  reference_grads, train_2d, train_3d)
 
-__all__ = ["AXES", "CFG", "LR", "AxisComm", "Run2D", "Run3D", "TraceStep", "by_axis",
-           "experiments_2d", "reference_grads", "train_2d", "train_3d"]
+from lab_utils.experiments.lab08.training import (
+    AXES,
+    CFG,
+    LR,
+    AxisComm,
+    Run2D,
+    Run3D,
+    TraceStep,
+    by_axis,
+    experiments_2d,
+    reference_grads,
+    train_2d,
+    train_3d,
+)
+
+__all__ = [
+    "AXES",
+    "CFG",
+    "LR",
+    "AxisComm",
+    "Run2D",
+    "Run3D",
+    "TraceStep",
+    "by_axis",
+    "experiments_2d",
+    "reference_grads",
+    "train_2d",
+    "train_3d",
+]

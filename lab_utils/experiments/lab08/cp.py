@@ -7,6 +7,7 @@
 The techniques are ``lab_utils.parallel.context_parallel`` (ring) and
 ``lab_utils.parallel.context_variants``; measurement stays here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ from typing import Any, Callable
 import torch
 
 from lab_utils.calc.context_parallel import cp_bytes_per_rank, cp_causal_pairs, cp_saved_bytes
-from lab_utils.measure import CommLedger, SavedActivations
 from lab_utils.experiments.lab08.ring import cp_cases
+from lab_utils.measure import CommLedger, SavedActivations
 from lab_utils.parallel.context_parallel import full_attention, ring_attention
-from lab_utils.parallel.context_variants import (allgather_kv_attention, ulysses_attention,
-                                                 zigzag_shard)
+from lab_utils.parallel.context_variants import (
+    allgather_kv_attention,
+    ulysses_attention,
+    zigzag_shard,
+)
 from lab_utils.topology import Topology
 
 # name -> (calc variant, zig-zag layout?, the attention call)
@@ -27,8 +31,11 @@ VARIANTS: dict[str, tuple[str, bool, Callable]] = {
     "ring": ("ring", False, ring_attention),
     "ulysses": ("ulysses", False, ulysses_attention),
     "allgather_kv": ("allgather_kv", False, allgather_kv_attention),
-    "allgather_kv zig-zag": ("allgather_kv", True,
-                             lambda q, k, v, g, c: allgather_kv_attention(q, k, v, g, c, True)),
+    "allgather_kv zig-zag": (
+        "allgather_kv",
+        True,
+        lambda q, k, v, g, c: allgather_kv_attention(q, k, v, g, c, True),
+    ),
 }
 
 
@@ -51,8 +58,15 @@ def _mine(x: torch.Tensor, me: int, n: int, zigzag: bool) -> torch.Tensor:
     return zigzag_shard(x, me, n) if zigzag else x.chunk(n, dim=2)[me]
 
 
-def compare_cp(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 4, T: int = 32,
-               hd: int = 8, causal_modes: tuple[bool, ...] = (True, False)) -> list[CPCheck]:
+def compare_cp(
+    ctx: Any,
+    sizes: tuple[int, ...] = (2, 4),
+    B: int = 2,
+    H: int = 4,
+    T: int = 32,
+    hd: int = 8,
+    causal_modes: tuple[bool, ...] = (True, False),
+) -> list[CPCheck]:
     """Every variant over CP groups of each size (consecutive ranks: Topology(dp=W/n, tp=n)'s
     groups serve as CP groups here), against full attention on the whole sequence."""
     rows = []
@@ -71,12 +85,20 @@ def compare_cp(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 4
             for t, a, b in zip("qkv", mine, ref):
                 err[f"d{t}"] = (a.grad - _mine(b.grad, me, n, zz)).abs().max().item()
             f = cp_bytes_per_rank(variant, B, H, T, hd, n)
-            rows.append(CPCheck(
-                name, n, causal, ctx.rank, err,
-                {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
-                {"forward": f.forward, "backward": f.backward}, saved.bytes,
-                cp_saved_bytes(variant, B, H, T, hd, n, me, causal, zz),
-                cp_causal_pairs(variant, H, T, n, me, zz)))
+            rows.append(
+                CPCheck(
+                    name,
+                    n,
+                    causal,
+                    ctx.rank,
+                    err,
+                    {ph: ledger.bytes_sent(phase=ph) for ph in ("forward", "backward")},
+                    {"forward": f.forward, "backward": f.backward},
+                    saved.bytes,
+                    cp_saved_bytes(variant, B, H, T, hd, n, me, causal, zz),
+                    cp_causal_pairs(variant, H, T, n, me, zz),
+                )
+            )
     return rows
 
 

@@ -5,6 +5,7 @@
 
 The technique is ``lab_utils.parallel.context_parallel``; measurement stays outside it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,8 +31,12 @@ class RingCheck:
     saved_full: int  # ... and plain attention on the whole sequence
 
 
-def cp_cases(ctx: Any, sizes: tuple[int, ...], shape: tuple[int, int, int, int],
-             causal_modes: tuple[bool, ...]) -> Iterator[tuple[int, Any, int, bool, tuple]]:
+def cp_cases(
+    ctx: Any,
+    sizes: tuple[int, ...],
+    shape: tuple[int, int, int, int],
+    causal_modes: tuple[bool, ...],
+) -> Iterator[tuple[int, Any, int, bool, tuple]]:
     """(n, group, this rank's index in it, causal, (q, k, v, w)) for every CP group size and mask.
     q, k, v and the loss weights w, of shape (B, H, T, hd), are the same on every rank; groups of
     n consecutive ranks (Topology(dp=W/n, tp=n)'s tp groups) serve as CP groups. Every rank makes
@@ -44,8 +49,15 @@ def cp_cases(ctx: Any, sizes: tuple[int, ...], shape: tuple[int, int, int, int],
             yield n, group, ctx.rank % n, causal, tensors
 
 
-def check_ring(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 2, T: int = 32,
-               hd: int = 8, causal_modes: tuple[bool, ...] = (True, False)) -> list[RingCheck]:
+def check_ring(
+    ctx: Any,
+    sizes: tuple[int, ...] = (2, 4),
+    B: int = 2,
+    H: int = 2,
+    T: int = 32,
+    hd: int = 8,
+    causal_modes: tuple[bool, ...] = (True, False),
+) -> list[RingCheck]:
     """Ring attention over rings of each size (consecutive ranks: Topology(dp=N/n, tp=n)'s
     groups serve as rings here), against full attention: output and the gradients of q, k, v,
     the bytes sent and the bytes autograd saved."""
@@ -67,8 +79,17 @@ def check_ring(ctx: Any, sizes: tuple[int, ...] = (2, 4), B: int = 2, H: int = 2
         for name, a, b in zip("qkv", mine, ref):
             err[f"d{name}"] = (a.grad - b.grad.chunk(n, dim=2)[me]).abs().max().item()
         phases = ("forward", "backward")
-        rows.append(RingCheck(n, causal, ctx.rank, err,
-                              {ph: ledger.bytes_sent(phase=ph) for ph in phases},
-                              {ph: ledger.count("send", ph) for ph in phases},
-                              ring_bytes(B, H, T, hd, n), saved.bytes, saved_full.bytes))
+        rows.append(
+            RingCheck(
+                n,
+                causal,
+                ctx.rank,
+                err,
+                {ph: ledger.bytes_sent(phase=ph) for ph in phases},
+                {ph: ledger.count("send", ph) for ph in phases},
+                ring_bytes(B, H, T, hd, n),
+                saved.bytes,
+                saved_full.bytes,
+            )
+        )
     return rows

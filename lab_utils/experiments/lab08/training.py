@@ -11,6 +11,7 @@ Measurement stays outside the techniques: CommLedger sees the collectives (the r
 the sizes called), WireMeter what each rank's sockets sent, to whom (so wire bytes are split by
 axis: a peer in my tp group is tp traffic, and so on), StageWorker's observer names each op.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,8 +26,7 @@ from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.unshard import unshard
 from lab_utils.measure import CommLedger, WireMeter
 from lab_utils.models import GPTConfig, TinyGPT, lm_loss, split_stages
-from lab_utils.parallel.compose import (apply_fsdp, apply_pp, apply_tp, apply_tp_ours,
-                                        sync_dp_grads)
+from lab_utils.parallel.compose import apply_fsdp, apply_pp, apply_tp, apply_tp_ours, sync_dp_grads
 from lab_utils.parallel.pipeline_parallel.schedules import one_f_one_b
 from lab_utils.parallel.pipeline_parallel.stage import StageWorker, pipeline_neighbours
 from lab_utils.reference import make_optimizer
@@ -95,8 +95,11 @@ def _placements(model: nn.Module, names: tuple[str, ...]) -> dict[str, dict]:
     for n in names:
         p = params[n]
         axes = p.device_mesh.mesh_dim_names
-        out[n] = dict(placements={a: str(pl) for a, pl in zip(axes, p.placements)},
-                      shape=tuple(p.shape), local=tuple(p.to_local().shape))
+        out[n] = dict(
+            placements={a: str(pl) for a, pl in zip(axes, p.placements)},
+            shape=tuple(p.shape),
+            local=tuple(p.to_local().shape),
+        )
     return out
 
 
@@ -119,8 +122,15 @@ class Run2D:
     placements: dict[str, dict] = field(default_factory=dict)  # torch: DTensor layouts
 
 
-def train_2d(ctx: Any, variant: str = "torch", steps: int = 3, global_batch: int = 16,
-             cfg: GPTConfig = CFG, dp: int = 2, tp: int = 2) -> Run2D:
+def train_2d(
+    ctx: Any,
+    variant: str = "torch",
+    steps: int = 3,
+    global_batch: int = 16,
+    cfg: GPTConfig = CFG,
+    dp: int = 2,
+    tp: int = 2,
+) -> Run2D:
     """dp x tp training of TinyGPT. Each dp group trains on its shard of the global batch; the
     tp ranks of a dp group see the same rows."""
     topo = Topology(dp=dp, tp=tp)
@@ -148,20 +158,25 @@ def train_2d(ctx: Any, variant: str = "torch", steps: int = 3, global_batch: int
                     sync_dp_grads(model, mesh.get_group("dp"))
             opt.step()
         if i == 0:  # full gradients (collectives: every rank gathers its shards)
-            grads0 = ({n: p.grad.full_tensor() for n, p in model.named_parameters()}
-                      if variant == "torch" else unshard(model, grads=True))
+            grads0 = (
+                {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+                if variant == "torch"
+                else unshard(model, grads=True)
+            )
         losses.append(loss.item())
     mean = torch.tensor(losses)
     dist.all_reduce(mean, group=mesh.get_group("dp"))  # equal shards: mean of the dp means
     run = Run2D((mean / dp).tolist(), grads0, by_axis(ledger, wire, topo, ctx.rank), c, sizes)
     if variant == "torch":
-        run.placements = _placements(model, ("blocks.0.mlp.fc.weight",
-                                              "blocks.0.mlp.proj.weight", "ln_f.weight"))
+        run.placements = _placements(
+            model, ("blocks.0.mlp.fc.weight", "blocks.0.mlp.proj.weight", "ln_f.weight")
+        )
     return run
 
 
-def experiments_2d(ctx: Any, steps: int = 3, variants: tuple[str, ...] = ("torch", "ours"),
-                   **kwargs: Any) -> dict[str, Run2D]:
+def experiments_2d(
+    ctx: Any, steps: int = 3, variants: tuple[str, ...] = ("torch", "ours"), **kwargs: Any
+) -> dict[str, Run2D]:
     """Several 2D runs in one launch: {variant: Run2D}."""
     return {v: train_2d(ctx, v, steps, **kwargs) for v in variants}
 
@@ -200,8 +215,16 @@ def _trace(ledger: CommLedger) -> list[TraceStep]:
     return out
 
 
-def train_3d(ctx: Any, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GPTConfig = CFG,
-             dp: int = 2, tp: int = 2, pp: int = 2) -> Run3D:
+def train_3d(
+    ctx: Any,
+    steps: int = 3,
+    m: int = 4,
+    micro_batch: int = 2,
+    cfg: GPTConfig = CFG,
+    dp: int = 2,
+    tp: int = 2,
+    pp: int = 2,
+) -> Run3D:
     """dp x tp x pp from scratch: 1F1B over the pp axis, our Megatron TP inside each stage, one
     gradient all-reduce over the dp axis per step. Global batch = dp * m * micro_batch."""
     topo = Topology(dp=dp, tp=tp, pp=pp)
@@ -209,16 +232,26 @@ def train_3d(ctx: Any, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GP
     mesh = topo.build_mesh()
     c = topo.coords(ctx.rank)
     model = TinyGPT(cfg, seed=0)
-    first_block = sum(len(s.blocks) for s in split_stages(model, pp)[:c["pp"]])
+    first_block = sum(len(s.blocks) for s in split_stages(model, pp)[: c["pp"]])
     stage = apply_tp_ours(apply_pp(model, topo, ctx.rank), mesh.get_group("tp"))
     opt = make_optimizer(stage.parameters(), "adamw", lr=LR)
     prev_rank, next_rank = pipeline_neighbours(topo, ctx.rank)  # global ranks on the pp axis
     losses, grads0 = [], {}
-    for i, batch in enumerate(token_batches(steps, dp * m * micro_batch, cfg.seq_len,
-                                            cfg.vocab_size, 1)):
+    for i, batch in enumerate(
+        token_batches(steps, dp * m * micro_batch, cfg.seq_len, cfg.vocab_size, 1)
+    ):
         x, y = shard_for_rank(batch, c["dp"], dp)  # (m * b, T): this dp group's rows
-        w = StageWorker(stage, c["pp"], pp, prev_rank, next_rank, x.chunk(m), y.chunk(m),
-                        (micro_batch, cfg.seq_len, cfg.d_model), tag=next(_TAGS) * 1024)
+        w = StageWorker(
+            stage,
+            c["pp"],
+            pp,
+            prev_rank,
+            next_rank,
+            x.chunk(m),
+            y.chunk(m),
+            (micro_batch, cfg.seq_len, cfg.d_model),
+            tag=next(_TAGS) * 1024,
+        )
         ledger = CommLedger()
         w.observer = lambda op, mb, _w: ledger.phase(f"{op} mb{mb}")  # name each op's calls
         with ledger, WireMeter(ctx) as wire:
@@ -234,8 +267,15 @@ def train_3d(ctx: Any, steps: int = 3, m: int = 4, micro_batch: int = 2, cfg: GP
         loss = torch.tensor([w.loss if w.last and c["tp"] == 0 else 0.0])
         dist.all_reduce(loss)  # one rank per dp group holds its shard's mean loss: sum / dp
         losses.append(loss.item() / dp)
-    return Run3D(losses, grads0, by_axis(ledger, wire, topo, ctx.rank), c, len(stage.blocks),
-                 p_bytes, _trace(ledger))
+    return Run3D(
+        losses,
+        grads0,
+        by_axis(ledger, wire, topo, ctx.rank),
+        c,
+        len(stage.blocks),
+        p_bytes,
+        _trace(ledger),
+    )
 
 
 def _full_grads(stage: nn.Module, first_block: int) -> dict[str, torch.Tensor]:
@@ -249,8 +289,9 @@ def _full_grads(stage: nn.Module, first_block: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def reference_grads(data_seed: int = 1, global_batch: int = 16,
-                    cfg: GPTConfig = CFG) -> dict[str, torch.Tensor]:
+def reference_grads(
+    data_seed: int = 1, global_batch: int = 16, cfg: GPTConfig = CFG
+) -> dict[str, torch.Tensor]:
     """One process, whole first batch: the gradients the 2D and 3D runs must reproduce."""
     model = TinyGPT(cfg, seed=0)
     x, y = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, data_seed)[0]

@@ -9,9 +9,28 @@
 The names of shape.py and ep.py are importable from here (``lab09.ep_checks``); balance.py is its
 own module (``from lab_utils.experiments.lab09 import balance``).
 """
-from lab_utils.experiments.lab09.ep import (EPCheck, EPChecks, EPRun, MeshResult, ep_checks,
-                                            ep_dp_mesh, ep_experiments)
+
+from lab_utils.experiments.lab09.ep import (
+    EPCheck,
+    EPChecks,
+    EPRun,
+    MeshResult,
+    ep_checks,
+    ep_dp_mesh,
+    ep_experiments,
+)
 from lab_utils.experiments.lab09.shape import MoEShape, probe_for, teacher, tokens_for
 
-__all__ = ["EPCheck", "EPChecks", "EPRun", "MeshResult", "ep_checks", "ep_dp_mesh",
-           "ep_experiments", "MoEShape", "probe_for", "teacher", "tokens_for"]
+__all__ = [
+    "EPCheck",
+    "EPChecks",
+    "EPRun",
+    "MeshResult",
+    "ep_checks",
+    "ep_dp_mesh",
+    "ep_experiments",
+    "MoEShape",
+    "probe_for",
+    "teacher",
+    "tokens_for",
+]

@@ -10,6 +10,7 @@ The technique is ``lab_utils.parallel.expert_parallel``; the measurement is outs
 CommLedger (what was called), a WireMeter (what the kernel sent), and the routing each rank can
 recompute for every rank from the shared seeds (what the splits say should move).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,23 +43,23 @@ class EPCheck:
 
     ep: int
     rank: int
-    out_err: float                       # max |y_EP - y_dense| over this rank's tokens
-    grad_err: dict[str, float]           # max abs diff: tokens, local experts, router
-    a2a_calls: dict[str, int]            # all-to-alls in forward / backward (rows + counts)
-    bytes_splits: dict[str, int]         # payload to OTHER ranks per forward all-to-all: the
-                                         # counts (int64) and the rows x h x 4, from the splits
-    bytes_ledger: dict[str, float]       # the ledger: (n-1)/n x the whole send buffer
-    bytes_uniform: float                 # formula, uniform routing: (n-1)/n T k h 4
-    bytes_wire: dict[str, int | None]    # WireMeter: forward, backward (payload + gloo headers)
-    tokens_per_expert: list[int]         # kept assignments per expert, whole group
-    dropped: int                         # assignments dropped by capacity, whole group
+    out_err: float  # max |y_EP - y_dense| over this rank's tokens
+    grad_err: dict[str, float]  # max abs diff: tokens, local experts, router
+    a2a_calls: dict[str, int]  # all-to-alls in forward / backward (rows + counts)
+    bytes_splits: dict[str, int]  # payload to OTHER ranks per forward all-to-all: the
+    # counts (int64) and the rows x h x 4, from the splits
+    bytes_ledger: dict[str, float]  # the ledger: (n-1)/n x the whole send buffer
+    bytes_uniform: float  # formula, uniform routing: (n-1)/n T k h 4
+    bytes_wire: dict[str, int | None]  # WireMeter: forward, backward (payload + gloo headers)
+    tokens_per_expert: list[int]  # kept assignments per expert, whole group
+    dropped: int  # assignments dropped by capacity, whole group
 
 
 @dataclass
 class EPChecks:
     rows: list[EPCheck]
-    uneven_all_gather: str               # what gloo says to an all_gather of unequal sizes
-    uneven_all_to_all: bool              # all_to_all_single with unequal splits worked
+    uneven_all_gather: str  # what gloo says to an all_gather of unequal sizes
+    uneven_all_to_all: bool  # all_to_all_single with unequal splits worked
 
 
 @contextlib.contextmanager
@@ -81,7 +82,7 @@ def _uneven_probe(ctx) -> tuple[str, bool]:
     except RuntimeError as exc:
         message = str(exc).splitlines()[0][:120]
     dist.barrier(group=ctx.group)  # a failed gloo collective must not leave a rank behind
-    send = [(r + j) % 3 for j in range(n)]                  # r sends (r + j) % 3 values to j
+    send = [(r + j) % 3 for j in range(n)]  # r sends (r + j) % 3 values to j
     recv = [(j + r) % 3 for j in range(n)]
     out = torch.empty(sum(recv))
     dist.all_to_all_single(out, torch.full((sum(send),), float(r)), recv, send, group=ctx.group)
@@ -94,15 +95,28 @@ def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
 
     me = dist.get_rank(group)
     xs = [tokens_for(shape, s) for s in range(n)]
-    dense = MoELayer(shape.d_model, shape.d_hidden, shape.n_experts, shape.top_k,
-                     shape.capacity_factor, seed=shape.seed)
-    X = torch.cat(xs).requires_grad_(True)                              # (n T, h)
+    dense = MoELayer(
+        shape.d_model,
+        shape.d_hidden,
+        shape.n_experts,
+        shape.top_k,
+        shape.capacity_factor,
+        seed=shape.seed,
+    )
+    X = torch.cat(xs).requires_grad_(True)  # (n T, h)
     ref = dense(X, n_groups=n)
     loss = (ref.y * torch.cat([probe_for(shape, s) for s in range(n)])).sum() + ref.aux_loss
     loss.backward()
 
-    moe = ExpertParallelMoE(shape.d_model, shape.d_hidden, shape.n_experts, shape.top_k,
-                            shape.capacity_factor, group=group, seed=shape.seed)
+    moe = ExpertParallelMoE(
+        shape.d_model,
+        shape.d_hidden,
+        shape.n_experts,
+        shape.top_k,
+        shape.capacity_factor,
+        group=group,
+        seed=shape.seed,
+    )
     x = xs[me].clone().requires_grad_(True)
     with CommLedger() as ledger:
         with ledger.phase("forward"), WireMeter(ctx) as wire_fwd:
@@ -117,32 +131,49 @@ def _one_size(ctx, shape: MoEShape, n: int, group) -> EPCheck:
         for p, q in zip(expert.parameters(), dense.experts[moe.first_expert + j].parameters()):
             want = q.grad if q.grad is not None else torch.zeros_like(p)
             experts_err = max(experts_err, (p.grad - want).abs().max().item())
-    grad_err = {"tokens": (x.grad - X.grad[rows]).abs().max().item(), "experts": experts_err,
-                "router": (moe.router.weight.grad - dense.router.weight.grad).abs().max().item()}
+    grad_err = {
+        "tokens": (x.grad - X.grad[rows]).abs().max().item(),
+        "experts": experts_err,
+        "router": (moe.router.weight.grad - dense.router.weight.grad).abs().max().item(),
+    }
 
     # Exact payloads from the routing (every rank can see every rank's, in the reference).
     r = ref.routing
-    kept_e = [r.expert_idx[s * shape.tokens:(s + 1) * shape.tokens][r.keep[s * shape.tokens:
-              (s + 1) * shape.tokens]] for s in range(n)]
+    kept_e = [
+        r.expert_idx[s * shape.tokens : (s + 1) * shape.tokens][
+            r.keep[s * shape.tokens : (s + 1) * shape.tokens]
+        ]
+        for s in range(n)
+    ]
     to = lambda s, d: int((kept_e[s] // n_local == d).sum())  # noqa: E731 - rows s sends to d
     row_bytes = shape.d_model * 4
-    splits = {"counts": (n - 1) * n_local * 8,
-              "dispatch": sum(to(me, d) for d in range(n) if d != me) * row_bytes,
-              "combine": sum(to(s, me) for s in range(n) if s != me) * row_bytes}
+    splits = {
+        "counts": (n - 1) * n_local * 8,
+        "dispatch": sum(to(me, d) for d in range(n) if d != me) * row_bytes,
+        "combine": sum(to(s, me) for s in range(n) if s != me) * row_bytes,
+    }
     a2a = [rec for rec in ledger.records if rec.op == "all_to_all"]
     fwd = [rec for rec in a2a if rec.phase == "forward"]
     bwd = [rec for rec in a2a if rec.phase == "backward"]
-    ledger_bytes = {"dispatch": fwd[1].bytes_sent, "combine": fwd[2].bytes_sent,
-                    "counts": fwd[0].bytes_sent}
+    ledger_bytes = {
+        "dispatch": fwd[1].bytes_sent,
+        "combine": fwd[2].bytes_sent,
+        "counts": fwd[0].bytes_sent,
+    }
     counts = torch.bincount(r.expert_idx[r.keep], minlength=shape.n_experts)
     return EPCheck(
-        ep=n, rank=ctx.rank, out_err=(out.y - ref.y[rows]).abs().max().item(), grad_err=grad_err,
-        a2a_calls={"forward": len(fwd), "backward": len(bwd)}, bytes_splits=splits,
+        ep=n,
+        rank=ctx.rank,
+        out_err=(out.y - ref.y[rows]).abs().max().item(),
+        grad_err=grad_err,
+        a2a_calls={"forward": len(fwd), "backward": len(bwd)},
+        bytes_splits=splits,
         bytes_ledger=ledger_bytes,
         bytes_uniform=(n - 1) / n * shape.tokens * shape.top_k * shape.d_model * 4,
         bytes_wire={"forward": wire_fwd.sent, "backward": wire_bwd.sent},
         tokens_per_expert=counts.tolist(),
-        dropped=int((~r.keep).sum()))
+        dropped=int((~r.keep).sum()),
+    )
 
 
 def ep_checks(ctx, sizes: tuple[int, ...] = (2, 4), shape: MoEShape = MoEShape()) -> EPChecks:
@@ -161,16 +192,22 @@ def ep_checks(ctx, sizes: tuple[int, ...] = (2, 4), shape: MoEShape = MoEShape()
 # ------------------------------------------------------------------ EP x DP on a 2D mesh
 @dataclass
 class MeshResult:
-    coords: dict[str, int]               # this rank's place on the mesh
-    losses: list[float]                  # global loss per step (sum over every rank)
-    ref_losses: list[float]              # the single-process reference on all tokens
-    param_err: float                     # max |param - reference| after the last step
+    coords: dict[str, int]  # this rank's place on the mesh
+    losses: list[float]  # global loss per step (sum over every rank)
+    ref_losses: list[float]  # the single-process reference on all tokens
+    param_err: float  # max |param - reference| after the last step
     comm: dict[str, dict] = field(default_factory=dict)  # phase -> {calls, ops, bytes, wire}
     formula: dict[str, float] = field(default_factory=dict)  # phase -> bytes per rank
 
 
-def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
-               shape: MoEShape = MoEShape(n_experts=4)) -> MeshResult:
+def ep_dp_mesh(
+    ctx,
+    dp: int = 2,
+    ep: int = 2,
+    steps: int = 3,
+    lr: float = 0.05,
+    shape: MoEShape = MoEShape(n_experts=4),
+) -> MeshResult:
     """EP over the mesh's "ep" axis, DP over its "dp" axis; every rank has its own tokens.
 
     Gradient sync, after backward: each expert's gradient is summed over the "dp" axis (the
@@ -187,12 +224,25 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
     mesh = init_device_mesh("cpu", (dp, ep), mesh_dim_names=("dp", "ep"))
     ep_group, dp_group = mesh.get_group("ep"), mesh.get_group("dp")
     coords = {"dp": ctx.rank // ep, "ep": ctx.rank % ep}  # row-major: ep is the inner axis
-    moe = ExpertParallelMoE(shape.d_model, shape.d_hidden, shape.n_experts, shape.top_k,
-                            shape.capacity_factor, group=ep_group, seed=shape.seed)
-    dense = MoELayer(shape.d_model, shape.d_hidden, shape.n_experts, shape.top_k,
-                     shape.capacity_factor, seed=shape.seed)
+    moe = ExpertParallelMoE(
+        shape.d_model,
+        shape.d_hidden,
+        shape.n_experts,
+        shape.top_k,
+        shape.capacity_factor,
+        group=ep_group,
+        seed=shape.seed,
+    )
+    dense = MoELayer(
+        shape.d_model,
+        shape.d_hidden,
+        shape.n_experts,
+        shape.top_k,
+        shape.capacity_factor,
+        seed=shape.seed,
+    )
     target = lambda x: torch.tanh(x @ teacher(shape)) / 2  # noqa: E731 - what y should learn
-    scale = 1 / (world * shape.tokens)                     # the mean over all tokens
+    scale = 1 / (world * shape.tokens)  # the mean over all tokens
     losses, ref_losses, ledger = [], [], None
     for step in range(steps):
         xs = [tokens_for(shape, s, step) for s in range(world)]
@@ -235,23 +285,35 @@ def ep_dp_mesh(ctx, dp: int = 2, ep: int = 2, steps: int = 3, lr: float = 0.05,
         for rec in ledger.records:
             if rec.phase == phase:
                 ops[rec.op] = ops.get(rec.op, 0) + 1
-        comm[phase] = {"calls": row["count"], "ops": ops, "bytes": row["bytes_sent"],
-                       "wire": wires[phase]}
+        comm[phase] = {
+            "calls": row["count"],
+            "ops": ops,
+            "bytes": row["bytes_sent"],
+            "wire": wires[phase],
+        }
     expert_bytes = sum(p.numel() * 4 for p in moe.experts.parameters())
     router_bytes = moe.router.weight.numel() * 4
-    formula = {"experts over dp": 2 * (dp - 1) / dp * expert_bytes,
-               "router over all": 2 * (world - 1) / world * router_bytes}
+    formula = {
+        "experts over dp": 2 * (dp - 1) / dp * expert_bytes,
+        "router over all": 2 * (world - 1) / world * router_bytes,
+    }
     return MeshResult(coords, losses, ref_losses, err, comm, formula)
 
 
 @dataclass
 class EPRun:
-    checks: EPChecks       # section 3: EP at 2 and 4 ranks vs the dense layer
-    mesh: MeshResult       # section 4: EP x DP on a (dp, ep) mesh
+    checks: EPChecks  # section 3: EP at 2 and 4 ranks vs the dense layer
+    mesh: MeshResult  # section 4: EP x DP on a (dp, ep) mesh
 
 
-def ep_experiments(ctx, sizes: tuple[int, ...] = (2, 4), shape: MoEShape = MoEShape(),
-                   dp: int = 2, ep: int = 2, steps: int = 3) -> EPRun:
+def ep_experiments(
+    ctx,
+    sizes: tuple[int, ...] = (2, 4),
+    shape: MoEShape = MoEShape(),
+    dp: int = 2,
+    ep: int = 2,
+    steps: int = 3,
+) -> EPRun:
     """Lab 09's EP launch: ``ep_checks`` then ``ep_dp_mesh``, one start-up of the ranks for both."""
     checks = ep_checks(ctx, sizes, shape)
     dist.barrier(group=ctx.group)

@@ -1,10 +1,11 @@
 """Lab 09's toy MoE: its shape and the synthetic data every rank can make for every rank.
 
-    MoEShape                       h = d_model, expert hidden, E experts, top-k, T tokens per rank
-    tokens_for(shape, source, step) the (T, h) tokens of data-parallel source ``source``
-    teacher(shape)                 the fixed (h, h) matrix of the regression target tanh(x A) / 2
-    probe_for(shape, source)       a fixed (T, h) direction: loss = sum(y * probe)
+MoEShape                       h = d_model, expert hidden, E experts, top-k, T tokens per rank
+tokens_for(shape, source, step) the (T, h) tokens of data-parallel source ``source``
+teacher(shape)                 the fixed (h, h) matrix of the regression target tanh(x A) / 2
+probe_for(shape, source)       a fixed (T, h) direction: loss = sum(y * probe)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,5 +41,6 @@ def teacher(shape: MoEShape) -> torch.Tensor:
 
 def probe_for(shape: MoEShape, source: int) -> torch.Tensor:
     """A fixed random (T, h) direction: loss = sum(y * probe), so every output element matters."""
-    return torch.randn(shape.tokens, shape.d_model, generator=torch.Generator().manual_seed(
-        777 + source))
+    return torch.randn(
+        shape.tokens, shape.d_model, generator=torch.Generator().manual_seed(777 + source)
+    )

@@ -8,14 +8,45 @@
 The names of scaling.py and local.py are importable from here (``lab10.bottleneck_worker``,
 ``lab10.matmul_rates``); twin.py is a module of its own.
 """
-from lab_utils.experiments.lab10.local import (SCALING_CONFIG, LoaderStats, MatmulRate,
-                                               SlowDataset, background_prefetch, loader_experiment,
-                                               matmul_rates, one_thread)
-from lab_utils.experiments.lab10.scaling import (Bottlenecks, CommSplit, CommStats, CurveFit,
-                                                 RunStats, ScalingResults, StepLog,
-                                                 bottleneck_worker, comm_split)
 
-__all__ = ["SCALING_CONFIG", "LoaderStats", "MatmulRate", "SlowDataset", "background_prefetch",
-           "loader_experiment", "matmul_rates", "one_thread", "StepLog", "RunStats",
-           "ScalingResults", "CurveFit", "CommStats", "CommSplit",
-           "comm_split", "Bottlenecks", "bottleneck_worker"]
+from lab_utils.experiments.lab10.local import (
+    SCALING_CONFIG,
+    LoaderStats,
+    MatmulRate,
+    SlowDataset,
+    background_prefetch,
+    loader_experiment,
+    matmul_rates,
+    one_thread,
+)
+from lab_utils.experiments.lab10.scaling import (
+    Bottlenecks,
+    CommSplit,
+    CommStats,
+    CurveFit,
+    RunStats,
+    ScalingResults,
+    StepLog,
+    bottleneck_worker,
+    comm_split,
+)
+
+__all__ = [
+    "SCALING_CONFIG",
+    "LoaderStats",
+    "MatmulRate",
+    "SlowDataset",
+    "background_prefetch",
+    "loader_experiment",
+    "matmul_rates",
+    "one_thread",
+    "StepLog",
+    "RunStats",
+    "ScalingResults",
+    "CurveFit",
+    "CommStats",
+    "CommSplit",
+    "comm_split",
+    "Bottlenecks",
+    "bottleneck_worker",
+]

@@ -4,6 +4,7 @@
     loader_experiment(...)     a data loader that sleeps, fixed by prefetching
 Timed with this thread's CPU time where other programs on the machine must not count.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,11 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def matmul_rates(sizes: Sequence[int] = (16, 32, 64, 128, 256, 512, 1024),
-                 min_cpu_s: float = 0.05, repeats: int = 3) -> list["MatmulRate"]:
+def matmul_rates(
+    sizes: Sequence[int] = (16, 32, 64, 128, 256, 512, 1024),
+    min_cpu_s: float = 0.05,
+    repeats: int = 3,
+) -> list["MatmulRate"]:
     """FLOP/s of an (n x n) @ (n x n) fp32 matmul (2 n^3 FLOPs) on one thread, for each n.
 
     Timed with this thread's CPU time (other programs on the machine do not count), best of
@@ -56,8 +60,9 @@ def matmul_rates(sizes: Sequence[int] = (16, 32, 64, 128, 256, 512, 1024),
                         break
                     calls *= 2
                 best = min(best, dt / calls)
-            out.append(MatmulRate(n=n, flops=2 * n**3, s_per_call=best,
-                                  flops_per_s=2 * n**3 / best))
+            out.append(
+                MatmulRate(n=n, flops=2 * n**3, s_per_call=best, flops_per_s=2 * n**3 / best)
+            )
     return out
 
 
@@ -104,10 +109,10 @@ def background_prefetch(batches: Iterable, depth: int = 2) -> Iterator:
 
 @dataclass(frozen=True)
 class LoaderStats:
-    wait_s: float      # mean time waiting for the next batch
-    compute_s: float   # mean time computing a step
-    step_s: float      # mean step
-    n: int             # steps measured (the first one is a warm-up, dropped)
+    wait_s: float  # mean time waiting for the next batch
+    compute_s: float  # mean time computing a step
+    step_s: float  # mean step
+    n: int  # steps measured (the first one is a warm-up, dropped)
 
 
 def loader_experiment(loader: Iterable, cfg: GPTConfig = SCALING_CONFIG) -> LoaderStats:
@@ -127,5 +132,9 @@ def loader_experiment(loader: Iterable, cfg: GPTConfig = SCALING_CONFIG) -> Load
             steps.append(t_end - t_prev)
             t_prev = t_end
     waits, computes, steps = waits[1:], computes[1:], steps[1:]
-    return LoaderStats(wait_s=sum(waits) / len(waits), compute_s=sum(computes) / len(computes),
-                       step_s=sum(steps) / len(steps), n=len(steps))
+    return LoaderStats(
+        wait_s=sum(waits) / len(waits),
+        compute_s=sum(computes) / len(computes),
+        step_s=sum(steps) / len(steps),
+        n=len(steps),
+    )

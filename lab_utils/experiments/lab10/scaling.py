@@ -12,6 +12,7 @@ Timing rules, because the labs run on shared laptops: every time is the BEST of 
 (the one least disturbed by other programs); in-process benchmarks use this thread's CPU time.
 One rank = one device = one core: the ranks run one intra-op thread each (``threads=1``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,8 @@ def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
 class StepLog:
     """One run's logged step times: the input of the fit_serial_fraction exercise."""
 
-    n: int                      # ranks (devices) of this run
-    step_s: tuple[float, ...]   # every logged step, in order; step 0 is the warm-up
+    n: int  # ranks (devices) of this run
+    step_s: tuple[float, ...]  # every logged step, in order; step 0 is the warm-up
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,13 @@ class RunStats:
     """Rank 0's view of one data-parallel run (one mode, one N)."""
 
     n: int
-    rows: int                  # sequences per rank per step
-    tokens: int                # tokens per step, all ranks
-    step_s: float              # the BEST timed step (wall clock)
-    cpu_s: float               # the least CPU time rank 0 got in a step
-    comm_s: float              # communication not hidden behind compute, in the best step
-    log_s: tuple[float, ...]   # every step's wall time as logged, warm-up (step 0) first
-    losses: tuple[float, ...] = ()   # the global batch's mean loss per step (real mode)
+    rows: int  # sequences per rank per step
+    tokens: int  # tokens per step, all ranks
+    step_s: float  # the BEST timed step (wall clock)
+    cpu_s: float  # the least CPU time rank 0 got in a step
+    comm_s: float  # communication not hidden behind compute, in the best step
+    log_s: tuple[float, ...]  # every step's wall time as logged, warm-up (step 0) first
+    losses: tuple[float, ...] = ()  # the global batch's mean loss per step (real mode)
 
 
 @dataclass(frozen=True)
@@ -77,16 +78,17 @@ class CurveFit:
     label: str
     ns: tuple[int, ...]
     times: tuple[float, ...]
-    fit: Any = None            # calc.SerialFit, or None
-    why: str = ""              # why there is no fit (e.g. the times do not fall with N)
+    fit: Any = None  # calc.SerialFit, or None
+    why: str = ""  # why there is no fit (e.g. the times do not fall with N)
 
     @property
     def speedups(self) -> tuple[float, ...]:
         return tuple(self.times[0] / t for t in self.times)
 
 
-def _comm_vs_compute(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                     loss_fn: Any, steps: int) -> "CommStats":
+def _comm_vs_compute(
+    ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Any, steps: int
+) -> "CommStats":
     """Forward+backward, then ONE all-reduce of the flat gradient (naive DDP: nothing
     overlaps), each step in Timeline spans. The CommLedger watches the untimed warm-up step:
     its first use loads torch's dispatch machinery (~1-2 s), which must stay out of timings."""
@@ -103,9 +105,15 @@ def _comm_vs_compute(ctx: Any, model: torch.nn.Module, x: torch.Tensor, y: torch
         sgd_step(model)
         if i > 0:
             spans.append({e["name"]: e["end"] - e["start"] for e in tl.events})
-    return CommStats(params=count_params(model), grad_bytes=flat.numel() * flat.element_size(),
-                     rows=int(x.shape[0]), spans=spans, bytes_sent=ledger.bytes_sent("all_reduce"),
-                     calls=ledger.count("all_reduce"), events=list(tl.events))
+    return CommStats(
+        params=count_params(model),
+        grad_bytes=flat.numel() * flat.element_size(),
+        rows=int(x.shape[0]),
+        spans=spans,
+        bytes_sent=ledger.bytes_sent("all_reduce"),
+        calls=ledger.count("all_reduce"),
+        events=list(tl.events),
+    )
 
 
 @dataclass(frozen=True)
@@ -115,10 +123,10 @@ class CommStats:
     params: int
     grad_bytes: int
     rows: int
-    spans: list[dict]          # per timed step: {"compute": s, "all_reduce": s}
-    bytes_sent: int            # ledger: the ring formula applied to the observed tensor
+    spans: list[dict]  # per timed step: {"compute": s, "all_reduce": s}
+    bytes_sent: int  # ledger: the ring formula applied to the observed tensor
     calls: int
-    events: list[dict]         # the last step's Timeline events (for a Gantt chart)
+    events: list[dict]  # the last step's Timeline events (for a Gantt chart)
 
 
 @dataclass(frozen=True)
@@ -146,8 +154,7 @@ class Bottlenecks:
     pipeline: dict[int, list[dict]] = field(default_factory=dict)  # m -> this rank's events
 
 
-def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8)
-                      ) -> Bottlenecks:
+def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8)) -> Bottlenecks:
     """Two ranks. (1) Compute-bound: TinyGPT, 16 sequences per rank. Communication-bound: a
     wide ToyMLP (6.3M parameters, 25 MB of fp32 gradients) on 2 rows per rank. (2) A 2-stage
     1F1B pipeline (lab 07's ``pipeline_step``, real compute, after a warm-up step) for each m in
@@ -156,13 +163,14 @@ def bottleneck_worker(ctx: Any, steps: int = 6, bubble_ms: Sequence[int] = (2, 8
     from lab_utils.experiments.lab07 import pipeline_step
 
     cfg = SCALING_CONFIG
-    x, y = shard_for_rank(token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0],
-                          ctx.rank, ctx.world_size)
+    x, y = shard_for_rank(
+        token_batches(1, 32, cfg.seq_len, cfg.vocab_size, seed=1)[0], ctx.rank, ctx.world_size
+    )
     mlp = ToyMLP(d_in=512, d_hidden=2048, d_out=512, n_layers=3, seed=0)
     g = torch.Generator().manual_seed(ctx.rank)
     xm, ym = torch.randn(2, 512, generator=g), torch.randn(2, 512, generator=g)
     return Bottlenecks(
         compute_bound=_comm_vs_compute(ctx, TinyGPT(cfg, seed=0), x, y, lm_loss, steps),
         comm_bound=_comm_vs_compute(ctx, mlp, xm, ym, torch.nn.functional.mse_loss, steps),
-        pipeline={m: pipeline_step(ctx, "1f1b", m=m, warmup_step=True).events
-                  for m in bubble_ms})
+        pipeline={m: pipeline_step(ctx, "1f1b", m=m, warmup_step=True).events for m in bubble_ms},
+    )

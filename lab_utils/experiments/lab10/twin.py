@@ -19,6 +19,7 @@ pipeline's slept compute this lab used before: compute is charged from the FLOPs
 ran, the all-reduce and the stages' sends from the links they cross, and overlap comes out of
 BucketDDP's own buckets.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,20 +30,19 @@ import torch.distributed as dist
 from lab_utils import twin
 from lab_utils.calc import bubble_from_timeline, fit_serial_fraction
 from lab_utils.data import shard_for_rank, token_batches
-from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
 from lab_utils.experiments.common import clock_now, emulated_window, sgd_step
 from lab_utils.experiments.lab06.twin import layer_scale
 from lab_utils.experiments.lab07 import PP_CONFIG, pipeline_step
+from lab_utils.experiments.lab10 import CurveFit, RunStats, ScalingResults
 from lab_utils.experiments.lab10.local import SCALING_CONFIG
 from lab_utils.models import GPTConfig, TinyGPT, count_params, lm_loss
 from lab_utils.parallel.data_parallel import BucketDDP
 
-FULL_MODEL = "gpt2-xl"        # whose FLOPs and gradient bytes the emulated clock charges
-FULL_TOKENS = 2**17           # its global batch per step (tokens): 128 Ki tokens
+FULL_MODEL = "gpt2-xl"  # whose FLOPs and gradient bytes the emulated clock charges
+FULL_TOKENS = 2**17  # its global batch per step (tokens): 128 Ki tokens
 
 
-def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
-           cfg: GPTConfig) -> RunStats | None:
+def _train(ctx: Any, group: Any, n: int, rows: int, steps: int, cfg: GPTConfig) -> RunStats | None:
     """``steps`` BucketDDP steps (after one warm-up) on ranks 0..n-1, ``rows`` sequences each.
     comm_s is the wait in ``finish_gradient_synchronization``: communication NOT hidden behind
     backward. Rank 0 returns its fastest step; every step's time is in ``log_s``."""
@@ -67,14 +67,26 @@ def _train(ctx: Any, group: Any, n: int, rows: int, steps: int,
     if ctx.rank != 0:
         return None
     best = 1 + min(range(steps), key=logs[1:].__getitem__)
-    return RunStats(n=n, rows=rows, tokens=n * rows * cfg.seq_len, step_s=logs[best],
-                    cpu_s=min(cpus[1:]), comm_s=comms[best], log_s=tuple(logs),
-                    losses=tuple(losses))
+    return RunStats(
+        n=n,
+        rows=rows,
+        tokens=n * rows * cfg.seq_len,
+        step_s=logs[best],
+        cpu_s=min(cpus[1:]),
+        comm_s=comms[best],
+        log_s=tuple(logs),
+        losses=tuple(losses),
+    )
 
 
-def scaling_steps(ctx: Any, sizes: Sequence[int], global_batch: int = 32,
-                  per_rank_batch: int = 8, steps: int = 4,
-                  cfg: GPTConfig = SCALING_CONFIG) -> ScalingResults | None:
+def scaling_steps(
+    ctx: Any,
+    sizes: Sequence[int],
+    global_batch: int = 32,
+    per_rank_batch: int = 8,
+    steps: int = 4,
+    cfg: GPTConfig = SCALING_CONFIG,
+) -> ScalingResults | None:
     """Strong scaling (``global_batch / N`` rows per rank) and weak scaling (``per_rank_batch``
     rows per rank) at every N in ``sizes``: ONE launch of max(sizes) ranks, the run at N on a
     subgroup of ranks 0..N-1 while the others wait in a barrier. Rank 0 returns the results."""
@@ -105,8 +117,11 @@ def scaling_scale(cfg: GPTConfig, global_batch: int) -> twin.Scale:
     tiny = count_params(TinyGPT(cfg))
     per_token = twin.Scale.model(FULL_MODEL, tiny, cfg.n_layer, cfg.d_model, cfg.seq_len)
     tokens = FULL_TOKENS / (global_batch * cfg.seq_len)  # the full run's tokens per step, over ours
-    return twin.Scale(per_token.flops * tokens, per_token.bytes,
-                      f"{per_token.name}, x{tokens:.3g} tokens per step")
+    return twin.Scale(
+        per_token.flops * tokens,
+        per_token.bytes,
+        f"{per_token.name}, x{tokens:.3g} tokens per step",
+    )
 
 
 def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> CurveFit:
@@ -118,8 +133,9 @@ def amdahl_curve(res: ScalingResults, sizes: Sequence[int], label: str) -> Curve
         return CurveFit(label, tuple(sizes), times, None, str(e).split(";")[0])
 
 
-def bubble_steps(ctx: Any, ms: Sequence[int], micro_batch: int = 2
-                 ) -> list[tuple[int, float | None, float | None]]:
+def bubble_steps(
+    ctx: Any, ms: Sequence[int], micro_batch: int = 2
+) -> list[tuple[int, float | None, float | None]]:
     """Lab 07's 1F1B step on p = world-size stages (real compute) for each m in
     ``ms``: a warm-up, then one step between two ``twin.step()`` marks. Returns
     [(m, start, end)] on this rank's emulated clock (Nones outside an emulated run)."""

@@ -16,14 +16,47 @@ elastic.py, faults.py and twin.py are modules of their own (``from lab_utils.exp
 import elastic, faults, twin``). The goodput formulas are calculators:
 ``lab_utils/calc/goodput.py``.
 """
-from lab_utils.experiments.lab11.drill import (CheckpointDrill, Resharded, SaveComparison,
-                                               checkpoint_drill, compare_saves, reshard_load)
-from lab_utils.experiments.lab11.training import (RunConfig, ShuffledLoader, TrainLog, build,
-                                                  eval_loss, full_fingerprint, latest_checkpoint,
-                                                  restore, run_data, train_loop, train_run,
-                                                  train_state)
 
-__all__ = ["CheckpointDrill", "Resharded", "SaveComparison", "checkpoint_drill", "compare_saves",
-           "reshard_load", "RunConfig", "ShuffledLoader", "TrainLog", "build", "eval_loss",
-           "full_fingerprint", "latest_checkpoint", "restore", "run_data", "train_loop",
-           "train_run", "train_state"]
+from lab_utils.experiments.lab11.drill import (
+    CheckpointDrill,
+    Resharded,
+    SaveComparison,
+    checkpoint_drill,
+    compare_saves,
+    reshard_load,
+)
+from lab_utils.experiments.lab11.training import (
+    RunConfig,
+    ShuffledLoader,
+    TrainLog,
+    build,
+    eval_loss,
+    full_fingerprint,
+    latest_checkpoint,
+    restore,
+    run_data,
+    train_loop,
+    train_run,
+    train_state,
+)
+
+__all__ = [
+    "CheckpointDrill",
+    "Resharded",
+    "SaveComparison",
+    "checkpoint_drill",
+    "compare_saves",
+    "reshard_load",
+    "RunConfig",
+    "ShuffledLoader",
+    "TrainLog",
+    "build",
+    "eval_loss",
+    "full_fingerprint",
+    "latest_checkpoint",
+    "restore",
+    "run_data",
+    "train_loop",
+    "train_run",
+    "train_state",
+]

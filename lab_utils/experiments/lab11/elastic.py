@@ -11,6 +11,7 @@
 These drills call torchrun directly (not lab_utils.run): restarts, per-rank log files and
 signals are then the ones a cluster job sees.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ import torch
 import torch.distributed as dist
 
 from lab_utils.data import shard_for_rank
-from lab_utils.experiments.lab11.training import (RunConfig, TrainLog, build, latest_checkpoint,
-                                                  run_data, train_loop)
+from lab_utils.experiments.lab11.training import (
+    RunConfig,
+    TrainLog,
+    build,
+    latest_checkpoint,
+    run_data,
+    train_loop,
+)
 from lab_utils.models import GPTConfig
 from lab_utils.reference import default_loss
 
@@ -34,11 +41,13 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 SCRIPTS = os.path.join(REPO, "scripts")
 
 
-def elastic_train(ctx, cfg: RunConfig, root: str, log_dir: str, crash=None,
-                  started_at: float | None = None) -> TrainLog:
+def elastic_train(
+    ctx, cfg: RunConfig, root: str, log_dir: str, crash=None, started_at: float | None = None
+) -> TrainLog:
     """One attempt of an elastic job (run by torchrun, see scripts/elastic_train.py).
 
-    torchrun numbers the attempts (TORCHELASTIC_RESTART_COUNT); each resumes from the newest complete
+    torchrun numbers the attempts (TORCHELASTIC_RESTART_COUNT); each resumes from the newest
+    complete
     checkpoint under `root` if any. The crash is injected in attempt 0 only. Every event goes to
     <log_dir>/attempt<a>_rank<r>.jsonl AS IT HAPPENS (a crashing process cannot write afterwards);
     `started_at`: when the process started, before `import torch` (a restart pays the imports).
@@ -54,27 +63,37 @@ def elastic_train(ctx, cfg: RunConfig, root: str, log_dir: str, crash=None,
     now = time.time()
     record({"kind": "startup", "start": started_at or now, "end": now, "rank": ctx.rank})
     last = latest_checkpoint(root)
-    log = train_loop(ctx, cfg, root, resume_from=last, crash=crash if attempt == 0 else None,
-                 record=record)[0]
-    record({"kind": "done", "start": time.time(), "end": time.time(), "rank": ctx.rank,
-            "resumed_from": os.path.basename(last) if last else None, "losses": log.losses})
+    log = train_loop(
+        ctx, cfg, root, resume_from=last, crash=crash if attempt == 0 else None, record=record
+    )[0]
+    record(
+        {
+            "kind": "done",
+            "start": time.time(),
+            "end": time.time(),
+            "rank": ctx.rank,
+            "resumed_from": os.path.basename(last) if last else None,
+            "losses": log.losses,
+        }
+    )
     return log
 
 
 @dataclass(frozen=True)
 class ElasticReport:
     """What the elastic drill's logs say (read_elastic_log): the incident as numbers."""
+
     attempts: int
     crash_rank: int
     crash_step: int
-    resumed_from: str          # the checkpoint attempt 1 loaded
-    losses: dict[int, float]   # every step's global loss: attempt 0 up to the crash, then the rest
-    lost_steps: int            # steps computed after the last checkpoint, computed again
-    lost_work_s: float         # from the end of the last checkpoint to the crash
-    restart_s: float           # crash -> every new process started (detection, teardown, launch)
-    init_s: float              # new process start -> process group up (imports, rendezvous)
-    reload_s: float            # dcp.load of the checkpoint (slowest rank)
-    events: list[dict]         # every rank's events, both attempts, times relative to the start
+    resumed_from: str  # the checkpoint attempt 1 loaded
+    losses: dict[int, float]  # every step's global loss: attempt 0 up to the crash, then the rest
+    lost_steps: int  # steps computed after the last checkpoint, computed again
+    lost_work_s: float  # from the end of the last checkpoint to the crash
+    restart_s: float  # crash -> every new process started (detection, teardown, launch)
+    init_s: float  # new process start -> process group up (imports, rendezvous)
+    reload_s: float  # dcp.load of the checkpoint (slowest rank)
+    events: list[dict]  # every rank's events, both attempts, times relative to the start
 
 
 def read_elastic_log(log_dir: str) -> ElasticReport:
@@ -95,17 +114,25 @@ def read_elastic_log(log_dir: str) -> ElasticReport:
     resumed = loads[0]["step"]
     done = next(e for e in again if e["kind"] == "done")
     losses = {int(k): v for k, v in done["losses"].items()}
-    losses = {e["step"]: e["loss"] for e in first if e["kind"] == "step" and e["rank"] == 0
-              and e["step"] < resumed} | losses
+    losses = {
+        e["step"]: e["loss"]
+        for e in first
+        if e["kind"] == "step" and e["rank"] == 0 and e["step"] < resumed
+    } | losses
     starts = [e for e in again if e["kind"] == "startup"]
     return ElasticReport(
-        attempts=1 + max(e["attempt"] for e in events), crash_rank=crash["rank"],
-        crash_step=crash["step"], resumed_from=done["resumed_from"], losses=losses,
+        attempts=1 + max(e["attempt"] for e in events),
+        crash_rank=crash["rank"],
+        crash_step=crash["step"],
+        resumed_from=done["resumed_from"],
+        losses=losses,
         lost_steps=crash["step"] - resumed,
         lost_work_s=crash["start"] - max(e["end"] for e in saves),
         restart_s=max(e["start"] for e in starts) - crash["start"],
         init_s=max(e["end"] - e["start"] for e in starts),
-        reload_s=max(e["end"] - e["start"] for e in loads), events=events)
+        reload_s=max(e["end"] - e["start"] for e in loads),
+        events=events,
+    )
 
 
 # ----------------------------------------------------------------------------- torchrun jobs
@@ -113,47 +140,83 @@ def read_elastic_log(log_dir: str) -> ElasticReport:
 class JobResult:  # what torchrun_job returns
     returncode: int
     elapsed_s: float
-    agent_log: list[str]          # torchrun's own lines (restarts, failures), not the ranks'
-    log_dir: str                  # per-rank stdout/stderr: <log_dir>/<run>/attempt_<a>/<r>/
+    agent_log: list[str]  # torchrun's own lines (restarts, failures), not the ranks'
+    log_dir: str  # per-rank stdout/stderr: <log_dir>/<run>/attempt_<a>/<r>/
 
 
-def torchrun_command(script: str, nproc: int, log_dir: str, max_restarts: int = 0,
-                     args: tuple[str, ...] = ()) -> list[str]:
+def torchrun_command(
+    script: str, nproc: int, log_dir: str, max_restarts: int = 0, args: tuple[str, ...] = ()
+) -> list[str]:
     """torchrun with a local rendezvous, per-rank log files (-r 3: stdout and stderr of every
     rank to <log_dir>) and forked workers (--run-path --start-method fork). It starts through
     lab_utils.runtime.engine.agent: torchrun itself, after importing PRELOAD once, so the
     forked ranks inherit torch, FSDP and DCP instead of importing them again (a real restart pays
     that)."""
-    return [sys.executable, "-m", "lab_utils.runtime.engine.agent", "--standalone",
-            f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
-            "--monitor-interval=0.1", f"--log-dir={log_dir}", "--redirects=3",
-            "--run-path", "--start-method=fork", os.path.join(SCRIPTS, script), *args]
+    return [
+        sys.executable,
+        "-m",
+        "lab_utils.runtime.engine.agent",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=0.1",
+        f"--log-dir={log_dir}",
+        "--redirects=3",
+        "--run-path",
+        "--start-method=fork",
+        os.path.join(SCRIPTS, script),
+        *args,
+    ]
 
 
-PRELOAD = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.checkpoint",
-           "lab_utils.experiments.lab11.elastic")
+PRELOAD = (
+    "torch._dynamo",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint",
+    "lab_utils.experiments.lab11.elastic",
+)
 
 
 def _env(extra: dict | None) -> dict:
-    path = os.pathsep.join(dict.fromkeys([REPO, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
-    env = dict(os.environ, PYTHONPATH=path.rstrip(os.pathsep), OMP_NUM_THREADS="1",
-               GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1", LAB_UTILS_PRELOAD=",".join(PRELOAD),
-               # a fresh TCPStore per restart: with the store shared between torchrun's
-               # rendezvous and init_process_group (the default), a restarted group can read
-               # the dead group's addresses (pytorch/pytorch#135712)
-               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    path = os.pathsep.join(
+        dict.fromkeys([REPO, *os.environ.get("PYTHONPATH", "").split(os.pathsep)])
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=path.rstrip(os.pathsep),
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        PYTHONUNBUFFERED="1",
+        LAB_UTILS_PRELOAD=",".join(PRELOAD),
+        # a fresh TCPStore per restart: with the store shared between torchrun's
+        # rendezvous and init_process_group (the default), a restarted group can read
+        # the dead group's addresses (pytorch/pytorch#135712)
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
+    )
     env.update(extra or {})
     return env
 
 
-def torchrun_job(script: str, nproc: int, log_dir: str, max_restarts: int = 0,
-                 args: tuple[str, ...] = (), timeout_s: float = 120.0,
-                 env: dict | None = None) -> JobResult:
+def torchrun_job(
+    script: str,
+    nproc: int,
+    log_dir: str,
+    max_restarts: int = 0,
+    args: tuple[str, ...] = (),
+    timeout_s: float = 120.0,
+    env: dict | None = None,
+) -> JobResult:
     """Run scripts/<script> under torchrun and wait; returns the exit code and the agent's log."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(torchrun_command(script, nproc, log_dir, max_restarts, args),
-                            env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        torchrun_command(script, nproc, log_dir, max_restarts, args),
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -181,8 +244,12 @@ class HungJob:
         self.log_dir = os.path.join(out_dir, "logs")
         self.proc = subprocess.Popen(
             torchrun_command("hung_job.py", nproc, self.log_dir, args=("--out", out_dir)),
-            env=_env(env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+            env=_env(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def wait_until_stuck(self, timeout_s: float = 60.0, settle_s: float = 0.5) -> None:
         marks = [os.path.join(self.out_dir, f"stuck_rank{r}") for r in range(self.nproc)]
@@ -190,7 +257,9 @@ class HungJob:
         while not all(os.path.exists(m) for m in marks):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the hung job did not reach its hang (exit {self.proc.returncode})")
+                raise RuntimeError(
+                    f"the hung job did not reach its hang (exit {self.proc.returncode})"
+                )
             time.sleep(0.05)
         time.sleep(settle_s)  # the ranks are now inside the collective and the barrier
 
@@ -219,15 +288,17 @@ STALL_MODEL = GPTConfig(vocab_size=512, seq_len=32, n_layer=2, n_head=4, d_model
 @dataclass(frozen=True)
 class SaveStall:
     """Per checkpoint: how long the training loop was blocked, and when the file was complete."""
-    mode: str                  # "none", "sync" (dcp.save) or "async" (dcp.async_save)
-    step_s: float              # a training step without a checkpoint (median)
-    stall_s: list[float]       # time inside the save call, per checkpoint (this rank)
-    complete_s: list[float]    # save call -> checkpoint complete on storage, per checkpoint
-    bytes_per_rank: int        # tensor bytes this rank wrote per checkpoint
+
+    mode: str  # "none", "sync" (dcp.save) or "async" (dcp.async_save)
+    step_s: float  # a training step without a checkpoint (median)
+    stall_s: list[float]  # time inside the save call, per checkpoint (this rank)
+    complete_s: list[float]  # save call -> checkpoint complete on storage, per checkpoint
+    bytes_per_rank: int  # tensor bytes this rank wrote per checkpoint
 
 
-def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
-               modes=("sync", "async")) -> list[SaveStall]:
+def save_stall(
+    ctx, root: str, steps: int = 6, every: int = 2, modes=("sync", "async")
+) -> list[SaveStall]:
     """Train STALL_MODEL (FSDP2, AdamW) with a checkpoint every `every` steps, once per mode.
 
     sync:  dcp.save blocks until every rank's file (and rank 0's .metadata) is written.
@@ -250,8 +321,10 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
             dist.barrier(group=ctx.group)
             t0 = time.perf_counter()
             opt.zero_grad()
-            default_loss(model(x[:cfg.global_batch // ctx.world_size]),
-                         y[:cfg.global_batch // ctx.world_size]).backward()
+            default_loss(
+                model(x[: cfg.global_batch // ctx.world_size]),
+                y[: cfg.global_batch // ctx.world_size],
+            ).backward()
             opt.step()
             t1 = time.perf_counter()
             if (step + 1) % every:
@@ -260,7 +333,7 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
             msd, osd = get_state_dict(model, opt)
             nbytes = shard_bytes(msd, osd)
             path = os.path.join(root, f"{mode}_step{step + 1}")
-            if pending is not None:   # the previous async save must be done before the next
+            if pending is not None:  # the previous async save must be done before the next
                 pending[0].result()
                 complete.append(time.perf_counter() - pending[1])
             t2 = time.perf_counter()
@@ -268,8 +341,12 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
                 dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
                 complete.append(time.perf_counter() - t2)
             else:
-                pending = (dcp.async_save({"model": msd, "optim": osd}, checkpoint_id=path,
-                                          process_group=ckpt_group), t2)
+                pending = (
+                    dcp.async_save(
+                        {"model": msd, "optim": osd}, checkpoint_id=path, process_group=ckpt_group
+                    ),
+                    t2,
+                )
             stall.append(time.perf_counter() - t2)
         if pending is not None:  # the last async save
             pending[0].result()
@@ -283,13 +360,18 @@ def save_stall(ctx, root: str, steps: int = 6, every: int = 2,
 def shard_bytes(model_sd: dict, optim_sd: dict) -> int:
     """Tensor bytes of this rank's part of a (get_state_dict) model and optimizer state: a
     DTensor counts its local shard, what a sharded checkpoint writes for this rank."""
-    return sum(getattr(t, "_local_tensor", t).nbytes for sd in (model_sd, optim_sd["state"])
-               for t in _tensors(sd))
+    return sum(
+        getattr(t, "_local_tensor", t).nbytes
+        for sd in (model_sd, optim_sd["state"])
+        for t in _tensors(sd)
+    )
 
 
 def _tensors(sd):
     for v in sd.values():
-        yield from _tensors(v) if isinstance(v, dict) else ([v] if isinstance(v, torch.Tensor) else [])
+        yield from (
+            _tensors(v) if isinstance(v, dict) else ([v] if isinstance(v, torch.Tensor) else [])
+        )
 
 
 def stack_frames(text: str, marker: str = "hung_job", keep: int = 4) -> list[str]:
@@ -300,7 +382,7 @@ def stack_frames(text: str, marker: str = "hung_job", keep: int = 4) -> list[str
             continue
         frames = [line.strip() for line in block.splitlines() if line.strip().startswith("File")]
         out = []
-        for frame in frames[:keep]:   # File "/path/x.py", line 12 in fn
+        for frame in frames[:keep]:  # File "/path/x.py", line 12 in fn
             path, rest = frame.split('"')[1], frame.split("line ")[1]
             out.append(f"{os.path.basename(path)}:{rest}")
         return out

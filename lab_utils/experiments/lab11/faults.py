@@ -10,6 +10,7 @@ The hang drills run through the course launcher: lab_utils/exercises/find_the_ha
 A ToyMLP with hand-written data parallelism (lab 04) and SGD written out: a drill rank reaches
 its collectives quickly (the first use of torch.optim imports torch._dynamo, seconds per rank).
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -50,13 +51,14 @@ def average_grads_and_step(model, group, lr: float = 0.1) -> None:
 # ----------------------------------------------------------------------------- NaN
 @dataclass(frozen=True)
 class NanStep:
-    loss: float                 # this rank's loss (inf when its batch holds the bad sample)
-    params_finite: bool         # are this rank's weights still finite after the step?
-    skipped: dict | None        # guard only: {"rank", "sample"} of the step it skipped
+    loss: float  # this rank's loss (inf when its batch holds the bad sample)
+    params_finite: bool  # are this rank's weights still finite after the step?
+    skipped: dict | None  # guard only: {"rank", "sample"} of the step it skipped
 
 
-def nan_drill(ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5),
-              guard: bool = False) -> list[NanStep]:
+def nan_drill(
+    ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5), guard: bool = False
+) -> list[NanStep]:
     """Regression on log(price); at step bad[1], sample bad[2] of rank bad[0] has price 0, and
     log(0) = -inf. guard=True checks the LOCAL loss and grads BEFORE the gradient all-reduce,
     shares a (W, 2) report [bad?, first bad sample] in one small all-reduce, and skips the step."""
@@ -73,8 +75,9 @@ def nan_drill(ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5),
             rows = (~torch.isfinite(per_sample)).nonzero().flatten()
             grads_ok = all(torch.isfinite(p.grad).all() for p in model.parameters())
             report = torch.zeros(ctx.world_size, 2)
-            report[ctx.rank] = torch.tensor([float(len(rows) > 0 or not grads_ok),
-                                             float(rows[0]) if len(rows) else -1.0])
+            report[ctx.rank] = torch.tensor(
+                [float(len(rows) > 0 or not grads_ok), float(rows[0]) if len(rows) else -1.0]
+            )
             dist.all_reduce(report, group=ctx.group)  # every rank now knows who, and which sample
             if report[:, 0].any():
                 rank = int(report[:, 0].nonzero()[0])
@@ -89,18 +92,21 @@ def nan_drill(ctx, steps: int = 4, bad: tuple[int, int, int] = (1, 2, 5),
 # ----------------------------------------------------------------------------- drifting replicas
 def param_checksum(model) -> int:
     """A 60-bit hash of every parameter's bytes: equal iff the replicas are (bitwise) equal."""
-    h = hashlib.sha256(b"".join(p.detach().contiguous().view(torch.uint8).numpy().tobytes()
-                                for p in model.parameters()))
+    h = hashlib.sha256(
+        b"".join(
+            p.detach().contiguous().view(torch.uint8).numpy().tobytes() for p in model.parameters()
+        )
+    )
     return int(h.hexdigest()[:15], 16)
 
 
 @dataclass(frozen=True)
 class Divergence:
     checksums: list[list[int]]  # per step: every replica's checksum (all-gathered)
-    losses: list[float]         # this rank's training loss per step
-    eval: float                 # this replica's loss on the whole held-out set
-    eval_shard: float           # ... on this rank's quarter of it only
-    eval_gathered: float        # the quarters' losses, all-reduced and averaged
+    losses: list[float]  # this rank's training loss per step
+    eval: float  # this replica's loss on the whole held-out set
+    eval_shard: float  # ... on this rank's quarter of it only
+    eval_gathered: float  # the quarters' losses, all-reduced and averaged
 
 
 def divergence_drill(ctx, steps: int = 5, sync_init: bool = False) -> Divergence:
@@ -132,15 +138,22 @@ def divergence_drill(ctx, steps: int = 5, sync_init: bool = False) -> Divergence
 class StragglerLog:
     """Per step, per rank (rows = steps, columns = ranks), all-gathered so every rank has it."""
 
-    compute_s: list[list[float]]   # time before entering the collective: this rank's own work
-    wait_s: list[list[float]]      # time inside the gradient all-reduce (mostly waiting)
-    step_s: list[list[float]]      # the whole step
-    slow_rank: int                 # the rank made slow (INJECTED: its simulated compute x slowdown)
+    compute_s: list[list[float]]  # time before entering the collective: this rank's own work
+    wait_s: list[list[float]]  # time inside the gradient all-reduce (mostly waiting)
+    step_s: list[list[float]]  # the whole step
+    slow_rank: int  # the rank made slow (INJECTED: its simulated compute x slowdown)
     from_step: int
 
 
-def straggler_drill(ctx, steps: int = 6, t_compute: float = 0.03, slow_rank: int = 2,
-                    slowdown: float = 2.0, from_step: int = 2, numel: int = 1 << 16) -> StragglerLog:
+def straggler_drill(
+    ctx,
+    steps: int = 6,
+    t_compute: float = 0.03,
+    slow_rank: int = 2,
+    slowdown: float = 2.0,
+    from_step: int = 2,
+    numel: int = 1 << 16,
+) -> StragglerLog:
     """Data-parallel steps with SIMULATED compute (a sleep: ranks do not compete for cores) and a
     REAL all-reduce of a gradient-sized buffer. From `from_step` on, rank `slow_rank` computes
     `slowdown` times longer (injected: a throttled GPU, a noisy neighbour). Every step each rank
@@ -152,13 +165,13 @@ def straggler_drill(ctx, steps: int = 6, t_compute: float = 0.03, slow_rank: int
         dist.barrier(group=ctx.group)
         t0 = time.perf_counter()
         slow = ctx.rank == slow_rank and step >= from_step
-        time.sleep(t_compute * (slowdown if slow else 1.0))   # the (simulated) forward + backward
+        time.sleep(t_compute * (slowdown if slow else 1.0))  # the (simulated) forward + backward
         t1 = time.perf_counter()
-        dist.all_reduce(grads, group=ctx.group)               # every rank waits for the slowest
+        dist.all_reduce(grads, group=ctx.group)  # every rank waits for the slowest
         t2 = time.perf_counter()
         table = torch.zeros(ctx.world_size, 3, dtype=torch.float64)
         mine = torch.tensor([[t1 - t0, t2 - t1, t2 - t0]], dtype=torch.float64)
-        dist.all_gather_into_tensor(table, mine, group=ctx.group)   # (W, 3)
+        dist.all_gather_into_tensor(table, mine, group=ctx.group)  # (W, 3)
         rows.append(table)
     cols = [[row[:, k].tolist() for row in rows] for k in range(3)]
     return StragglerLog(*cols, slow_rank=slow_rank, from_step=from_step)
@@ -214,7 +227,7 @@ class Watchdog:
     def _watch(self) -> None:
         while time.monotonic() - self.last < self.after_s:
             time.sleep(0.05)
-        dump_flight_recorder(self.path)   # the main thread is blocked in C++, not holding the GIL
+        dump_flight_recorder(self.path)  # the main thread is blocked in C++, not holding the GIL
 
 
 def hung_job(ctx, out_dir: str, steps: int = 3, watchdog_s: float = 1.0) -> None:
@@ -237,8 +250,8 @@ def hung_job(ctx, out_dir: str, steps: int = 3, watchdog_s: float = 1.0) -> None
     val = torch.ones(1)
     open(os.path.join(out_dir, f"stuck_rank{ctx.rank}"), "w").close()
     if ctx.rank == 0:
-        dist.all_reduce(val, group=ctx.group)      # BUG: the other ranks never join
-    dist.barrier(group=ctx.group)                  # the end of the epoch: nobody gets past
+        dist.all_reduce(val, group=ctx.group)  # BUG: the other ranks never join
+    dist.barrier(group=ctx.group)  # the end of the epoch: nobody gets past
 
 
 # ----------------------------------------------------------------------------- one launch
@@ -249,19 +262,22 @@ class FaultDrills:
     diverged: Divergence
     synced: Divergence
     straggler: StragglerLog
-    also: dict                      # name -> what the extra worker returned
+    also: dict  # name -> what the extra worker returned
 
 
-def fault_drills(ctx, steps: int = 4, bad=(1, 2, 5), straggler: dict | None = None,
-                 also: dict | None = None) -> FaultDrills:
+def fault_drills(
+    ctx, steps: int = 4, bad=(1, 2, 5), straggler: dict | None = None, also: dict | None = None
+) -> FaultDrills:
     """The drills that do not hang, in one launch: NaN (plain, guarded), divergence (bug, fix),
     a straggler, plus `also` = {name: (worker, kwargs)}, e.g. the fixed hang drills."""
     return FaultDrills(
-        nan_plain=nan_drill(ctx, steps, bad), nan_guarded=nan_drill(ctx, steps, bad, True),
+        nan_plain=nan_drill(ctx, steps, bad),
+        nan_guarded=nan_drill(ctx, steps, bad, True),
         diverged=divergence_drill(ctx, steps + 1),
         synced=divergence_drill(ctx, steps + 1, sync_init=True),
         straggler=straggler_drill(ctx, **(straggler or {})),
-        also={name: worker(ctx, **kwargs) for name, (worker, kwargs) in (also or {}).items()})
+        also={name: worker(ctx, **kwargs) for name, (worker, kwargs) in (also or {}).items()},
+    )
 
 
 def flight_record_rows(dumps: dict[int, dict]) -> list[dict]:
@@ -273,18 +289,30 @@ def flight_record_rows(dumps: dict[int, dict]) -> list[dict]:
         status = next(iter(d["pg_status"].values()))
         pending = [e for e in d["entries"] if not e["retired"]]
         last = pending[-1] if pending else d["entries"][-1]
-        rows.append({"rank": rank, "collectives issued": status["last_enqueued_collective"],
-                     "recorded": len(d["entries"]),
-                     "pending collective": f"#{last['collective_seq_id']} "
-                     f"{last['profiling_name']} {last['input_sizes']}" if pending else "none"})
+        rows.append(
+            {
+                "rank": rank,
+                "collectives issued": status["last_enqueued_collective"],
+                "recorded": len(d["entries"]),
+                "pending collective": f"#{last['collective_seq_id']} "
+                f"{last['profiling_name']} {last['input_sizes']}"
+                if pending
+                else "none",
+            }
+        )
     return rows
 
 
 def first_mismatch(dumps: dict[int, dict]) -> str:
     """The core of torch's fr_trace analyzer: line up every rank's collectives by sequence
     number and report the first number at which the ranks did not call the same thing."""
-    by_rank = {r: {e["collective_seq_id"]: (e["profiling_name"], str(e["input_sizes"]))
-                   for e in d["entries"]} for r, d in dumps.items()}
+    by_rank = {
+        r: {
+            e["collective_seq_id"]: (e["profiling_name"], str(e["input_sizes"]))
+            for e in d["entries"]
+        }
+        for r, d in dumps.items()
+    }
     for seq in sorted(set().union(*by_rank.values())):
         calls: dict[tuple, list[int]] = {}
         for r, entries in sorted(by_rank.items()):
@@ -292,5 +320,6 @@ def first_mismatch(dumps: dict[int, dict]) -> str:
         if len(calls) > 1:
             return f"collective #{seq}: " + "; ".join(
                 f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} called {op} {sizes}"
-                for (op, sizes), rs in calls.items())
+                for (op, sizes), rs in calls.items()
+            )
     return "no mismatch: every rank called the same collectives"

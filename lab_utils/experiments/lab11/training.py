@@ -12,6 +12,7 @@ state, the step, the data position and every rank's RNG state.
     train_loop       the loop behind train_run and elastic.elastic_train
     train_state / restore / latest_checkpoint   what a checkpoint holds, and reading it back
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,11 +34,11 @@ from lab_utils.reference import default_loss, make_optimizer
 class RunConfig:
     model: GPTConfig = field(default_factory=lambda: GPTConfig(dropout=0.1))  # dropout: RNG matters
     steps: int = 8
-    global_batch: int = 8        # sequences per step, over all ranks
-    n_samples: int = 24          # dataset size: an epoch is n_samples // global_batch steps
+    global_batch: int = 8  # sequences per step, over all ranks
+    n_samples: int = 24  # dataset size: an epoch is n_samples // global_batch steps
     ckpt_every: int = 2
     lr: float = 1e-2
-    warmup: int = 4              # linear LR warm-up: the scheduler has state too
+    warmup: int = 4  # linear LR warm-up: the scheduler has state too
     seed: int = 0
 
 
@@ -52,7 +53,7 @@ class ShuffledLoader:
         if self.pos + self.batch > self.n:  # a new epoch: every step is a full global batch
             self.epoch, self.pos = self.epoch + 1, 0
         g = torch.Generator().manual_seed(1000 * self.seed + self.epoch)
-        idx = torch.randperm(self.n, generator=g)[self.pos:self.pos + self.batch]
+        idx = torch.randperm(self.n, generator=g)[self.pos : self.pos + self.batch]
         self.pos += self.batch
         return idx
 
@@ -81,8 +82,13 @@ def train_state(model, opt, sched, loader, step: int, rank: int, rng: bool = Tru
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     msd, osd = get_state_dict(model, opt)  # DTensor shards, keyed by parameter name (FQN)
-    state = {"model": msd, "optim": osd, "sched": sched.state_dict(),
-             "data": loader.state_dict(), "step": step}
+    state = {
+        "model": msd,
+        "optim": osd,
+        "sched": sched.state_dict(),
+        "data": loader.state_dict(),
+        "step": step,
+    }
     if rng:
         state[f"rng_rank{rank}"] = torch.get_rng_state()
     return state
@@ -90,8 +96,15 @@ def train_state(model, opt, sched, loader, step: int, rank: int, rng: bool = Tru
 
 def latest_checkpoint(root: str) -> str | None:
     """Newest COMPLETE checkpoint under root (one with the .metadata rank 0 writes last)."""
-    done = [d for d in sorted(os.listdir(root)) if d.startswith("step_")
-            and os.path.exists(os.path.join(root, d, ".metadata"))] if os.path.isdir(root) else []
+    done = (
+        [
+            d
+            for d in sorted(os.listdir(root))
+            if d.startswith("step_") and os.path.exists(os.path.join(root, d, ".metadata"))
+        ]
+        if os.path.isdir(root)
+        else []
+    )
     return os.path.join(root, done[-1]) if done else None
 
 
@@ -128,9 +141,10 @@ def full_fingerprint(model, opt) -> str:
 def run_data(cfg: RunConfig):
     """The run's samples and a fixed evaluation batch: (inputs, targets, eval_x, eval_y)."""
     m = cfg.model
-    (inputs, targets), = token_batches(1, cfg.n_samples, m.seq_len, m.vocab_size, seed=cfg.seed + 1,
-                                       noise=0.1)
-    (eval_x, eval_y), = token_batches(1, 8, m.seq_len, m.vocab_size, seed=cfg.seed + 2, noise=0.1)
+    ((inputs, targets),) = token_batches(
+        1, cfg.n_samples, m.seq_len, m.vocab_size, seed=cfg.seed + 1, noise=0.1
+    )
+    ((eval_x, eval_y),) = token_batches(1, 8, m.seq_len, m.vocab_size, seed=cfg.seed + 2, noise=0.1)
     return inputs, targets, eval_x, eval_y
 
 
@@ -146,16 +160,24 @@ def eval_loss(model, x: torch.Tensor, y: torch.Tensor) -> float:
 @dataclass
 class TrainLog:
     """One rank's record of a training run. Times are time.time() (comparable across processes)."""
-    start: int                                           # first step run (the checkpoint's step)
-    losses: dict[int, float] = field(default_factory=dict)   # step -> global mean loss
-    evals: dict[int, float] = field(default_factory=dict)    # saved step -> eval loss before saving
-    fingerprint: str | None = None                       # full-state sha256 at fingerprint_at
-    events: list[dict] = field(default_factory=list)     # {kind, start, end, step}: load/step/save
+
+    start: int  # first step run (the checkpoint's step)
+    losses: dict[int, float] = field(default_factory=dict)  # step -> global mean loss
+    evals: dict[int, float] = field(default_factory=dict)  # saved step -> eval loss before saving
+    fingerprint: str | None = None  # full-state sha256 at fingerprint_at
+    events: list[dict] = field(default_factory=list)  # {kind, start, end, step}: load/step/save
 
 
-def train_loop(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
-               what=("rng", "data"), crash: tuple[int, int] | None = None,
-               fingerprint_at=None, record: Callable[[dict], None] | None = None):
+def train_loop(
+    ctx,
+    cfg: RunConfig,
+    root: str | None,
+    resume_from: str | None = None,
+    what=("rng", "data"),
+    crash: tuple[int, int] | None = None,
+    fingerprint_at=None,
+    record: Callable[[dict], None] | None = None,
+):
     """The training loop behind train_run and elastic_train; returns (TrainLog, model, opt)."""
     import torch.distributed.checkpoint as dcp
 
@@ -202,9 +224,15 @@ def train_loop(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = 
     return log, model, opt
 
 
-def train_run(ctx, cfg: RunConfig, root: str | None, resume_from: str | None = None,
-              what=("rng", "data"), crash: tuple[int, int] | None = None,
-              fingerprint_at=None) -> TrainLog:
+def train_run(
+    ctx,
+    cfg: RunConfig,
+    root: str | None,
+    resume_from: str | None = None,
+    what=("rng", "data"),
+    crash: tuple[int, int] | None = None,
+    fingerprint_at=None,
+) -> TrainLog:
     """FSDP2 training, a DCP checkpoint every cfg.ckpt_every steps under `root` (None: none).
     resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
     crash=(rank, step): that rank dies (os._exit) between its forward and its backward."""

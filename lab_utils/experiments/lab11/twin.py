@@ -15,20 +15,21 @@ Every checkpoint byte here is real: the bytes of this rank's shards of the model
 (``get_state_dict``), times the Scale's byte ratio. What is modelled is the storage:
 STORAGE_BYTES_PER_S per GPU and STAGING_BYTES_PER_S for the device-to-host copy.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from lab_utils import twin
-from lab_utils.twin import session as twin_session
 from lab_utils.calc import hardware
 from lab_utils.experiments.common import marked_sgd_steps, rank_batches
 from lab_utils.experiments.lab11.elastic import shard_bytes
 from lab_utils.experiments.lab11.training import RunConfig, build
 from lab_utils.models import GPTConfig, TinyGPT, count_params
 from lab_utils.reference import default_loss
+from lab_utils.twin import session as twin_session
 
-FULL_MODEL, FULL_TOKENS = "gpt2-xl", 2**17   # what the clock charges: GPT-2 XL, 128 Ki tokens
+FULL_MODEL, FULL_TOKENS = "gpt2-xl", 2**17  # what the clock charges: GPT-2 XL, 128 Ki tokens
 # Storage: Llama 3's Tectonic file system sustains 2 TB/s for the 16,384-GPU job (Llama Team,
 # "The Llama 3 Herd of Models", 2024, Sec. 3.3.1): 2e12 / 16384 = 122 MB/s per GPU when every GPU
 # writes its shard at once, as a sharded checkpoint does.
@@ -45,12 +46,16 @@ def lab_scale(cfg: GPTConfig = STATE_CONFIG, global_batch: int = 8) -> twin.Scal
     tiny = count_params(TinyGPT(cfg))
     per_token = twin.Scale.model(FULL_MODEL, tiny, cfg.n_layer, cfg.d_model, cfg.seq_len)
     tokens = FULL_TOKENS / (global_batch * cfg.seq_len)
-    return twin.Scale(per_token.flops * tokens, per_token.bytes,
-                      f"{per_token.name}, x{tokens:.3g} tokens per step")
+    return twin.Scale(
+        per_token.flops * tokens,
+        per_token.bytes,
+        f"{per_token.name}, x{tokens:.3g} tokens per step",
+    )
 
 
-def checkpoint_steps(ctx: Any, mode: str, steps: int = 6, save_after: int = 2,
-                     global_batch: int = 8) -> dict:
+def checkpoint_steps(
+    ctx: Any, mode: str, steps: int = 6, save_after: int = 2, global_batch: int = 8
+) -> dict:
     """``steps`` FSDP2 + AdamW steps of STATE_CONFIG with one checkpoint after step
     ``save_after``. sync: the rank waits for the write (state bytes / STORAGE_BYTES_PER_S, per
     rank: every rank writes its shard). async: it waits for the staging copy (bytes /
@@ -63,7 +68,7 @@ def checkpoint_steps(ctx: Any, mode: str, steps: int = 6, save_after: int = 2,
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     cfg = RunConfig(model=STATE_CONFIG, global_batch=global_batch)
     model, opt, _ = build(cfg)
-    (x, y), = rank_batches(ctx, STATE_CONFIG, global_batch // ctx.world_size, 1)
+    ((x, y),) = rank_batches(ctx, STATE_CONFIG, global_batch // ctx.world_size, 1)
     session = twin_session.current()
     scale = session.scale.bytes if session is not None else 1.0
     losses, nbytes = [], shard_bytes(*get_state_dict(model, opt)) * scale
@@ -88,8 +93,11 @@ def save_times(em: twin.Emulation, save_after: int = 2) -> dict[str, float]:
     plain = [t for k, t in enumerate(steps) if k != save_after - 1]
     io = [s for s in em.spans if s["stream"] == "io"]
     start = min(s["start"] for s in io)
-    return {"step": min(plain), "stall": steps[save_after - 1] - min(plain),
-            "complete": max(s["end"] for s in io) - start}
+    return {
+        "step": min(plain),
+        "stall": steps[save_after - 1] - min(plain),
+        "complete": max(s["end"] for s in io) - start,
+    }
 
 
 def straggler_steps(ctx: Any, steps: int = 4, global_batch: int = 8) -> list[float]:
@@ -110,7 +118,12 @@ def per_rank_compute(em: twin.Emulation) -> list[list[float]]:
         row = []
         for rec in em.records:
             lo, hi = ([0.0] + rec.steps)[k], rec.steps[k]
-            row.append(sum(min(s["end"], hi) - max(s["start"], lo) for s in rec.spans
-                           if s["stream"] == "compute" and s["end"] > lo and s["start"] < hi))
+            row.append(
+                sum(
+                    min(s["end"], hi) - max(s["start"], lo)
+                    for s in rec.spans
+                    if s["stream"] == "compute" and s["end"] > lo and s["start"] < hi
+                )
+            )
         rows.append(row)
     return rows

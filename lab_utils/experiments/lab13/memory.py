@@ -11,6 +11,7 @@ Allocated. Lab 01's ledger (``lab01.step_memory``: params + grads + optimizer st
 activations, at hook events) is the prediction; the profiler also sees temporaries that live
 inside one operation (backward's intermediate gradients), which the ledger does not count.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,11 +27,11 @@ from lab_utils.profiling import load_trace
 
 @dataclass
 class MemoryTimeline:
-    times_s: list[float]       # from the profile's first memory event (wall)
-    held_bytes: list[int]      # parameter bytes + Total Allocated, at each memory event
+    times_s: list[float]  # from the profile's first memory event (wall)
+    held_bytes: list[int]  # parameter bytes + Total Allocated, at each memory event
     param_bytes: int
-    ledger_peak: int           # lab 01's ledger: its highest point over the same steps
-    ledger_label: str          # where the ledger peaks
+    ledger_peak: int  # lab 01's ledger: its highest point over the same steps
+    ledger_label: str  # where the ledger peaks
 
     @property
     def peak(self) -> int:
@@ -38,7 +39,7 @@ class MemoryTimeline:
 
 
 def memory_timeline(cfg: GPTConfig, batch: int, steps: int, folder: str) -> MemoryTimeline:
-    model = TinyGPT(cfg)                      # as lab01.step_memory builds it
+    model = TinyGPT(cfg)  # as lab01.step_memory builds it
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = [lab01.recipe_batch(cfg, batch, seed=s) for s in range(steps)]
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -53,5 +54,10 @@ def memory_timeline(cfg: GPTConfig, batch: int, steps: int, folder: str) -> Memo
     points = lab01.step_memory(cfg, steps=steps, batch=batch)
     top = max(points, key=lambda p: p.total)
     t0 = mem[0][0]
-    return MemoryTimeline([(t - t0) * 1e-6 for t, _ in mem], [params + b for _, b in mem],
-                          params, top.total, f"{top.phase} '{top.label}' of step {top.step}")
+    return MemoryTimeline(
+        [(t - t0) * 1e-6 for t, _ in mem],
+        [params + b for _, b in mem],
+        params,
+        top.total,
+        f"{top.phase} '{top.label}' of step {top.step}",
+    )

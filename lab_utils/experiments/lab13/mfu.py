@@ -12,6 +12,7 @@ MFU = model FLOPs / (step time x peak), HFU = executed FLOPs / (step time x peak
 data-sheet peak here: the peak is MEASURED, the best rate of a 256 x 256 fp32 matmul on one
 thread of this machine (lab 10's matmul_rates), and labelled so.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,18 +30,19 @@ from lab_utils.profiling import load_traces, profiled_steps, rank_timelines
 LEVERS = {  # lever: the effect predicted before it is measured
     "baseline": "-",
     "micro-batch x4": "MFU up: the fixed cost of a step (Python, op launches, the optimizer) "
-                      "is spread over 4x the FLOPs",
+    "is spread over 4x the FLOPs",
     "activation checkpointing": "step slower by about one forward (+1/3 FLOPs); HFU above MFU "
-                                "by the recomputation; MFU down",
+    "by the recomputation; MFU down",
     "fused AdamW": "optimizer time down (one kernel for all parameters instead of a loop); "
-                   "the step moves little where the optimizer is a small share",
+    "the step moves little where the optimizer is a small share",
     "torch.compile": "steady step faster (fused elementwise ops, fewer launches), after a one-off "
-                     "compile of seconds",
+    "compile of seconds",
 }
 
 
-def count_flops(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                forward: Callable | None = None) -> int:
+def count_flops(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, forward: Callable | None = None
+) -> int:
     """FLOPs of one forward + backward as FlopCounterMode counts them (matmuls and attention;
     elementwise ops count 0). ``forward(model, x)`` replaces ``model(x)`` (e.g. checkpointed)."""
     with FlopCounterMode(display=False) as counter:
@@ -54,13 +56,13 @@ class LeverResult:
     lever: str
     predicted: str
     batch: int
-    step_s: float            # mean ProfilerStep# duration in this lever's trace (wall)
-    cpu_s: float             # mean CPU time of this thread per profiled step (not disturbed
-                             # by other programs; the profiler's own cost is in both)
-    model_flops: int         # FlopCounterMode, no recomputation
-    hardware_flops: int      # FlopCounterMode, recomputation included
-    peak_flops: float        # measured: one thread's best matmul rate
-    compile_s: float | None = None   # torch.compile: the first step's wall time
+    step_s: float  # mean ProfilerStep# duration in this lever's trace (wall)
+    cpu_s: float  # mean CPU time of this thread per profiled step (not disturbed
+    # by other programs; the profiler's own cost is in both)
+    model_flops: int  # FlopCounterMode, no recomputation
+    hardware_flops: int  # FlopCounterMode, recomputation included
+    peak_flops: float  # measured: one thread's best matmul rate
+    compile_s: float | None = None  # torch.compile: the first step's wall time
 
     @property
     def mfu(self) -> float:
@@ -80,27 +82,42 @@ class LeverResult:
 def _setup(lever: str, cfg: GPTConfig, compile_backend: str):
     model = TinyGPT(cfg, seed=0)
     fused = lever == "fused AdamW"
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False if not fused else None,
-                            fused=fused or None)
-    fwd: Callable = (lambda m, i: checkpointed_forward(m, i, k=1)) \
-        if lever == "activation checkpointing" else (lambda m, i: m(i))
-    run_model = torch.compile(model, backend=compile_backend) \
-        if lever == "torch.compile" else model
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=1e-2, foreach=False if not fused else None, fused=fused or None
+    )
+    fwd: Callable = (
+        (lambda m, i: checkpointed_forward(m, i, k=1))
+        if lever == "activation checkpointing"
+        else (lambda m, i: m(i))
+    )
+    run_model = torch.compile(model, backend=compile_backend) if lever == "torch.compile" else model
     return model, opt, fwd, run_model
 
 
-def levers(folder: str, cfg: GPTConfig, batch: int, steps: int,
-           compile_backend: str = "inductor", names: tuple = tuple(LEVERS)) -> list[LeverResult]:
+def levers(
+    folder: str,
+    cfg: GPTConfig,
+    batch: int,
+    steps: int,
+    compile_backend: str = "inductor",
+    names: tuple = tuple(LEVERS),
+) -> list[LeverResult]:
     """Profile ``steps`` steps of each lever; FLOPs counted on a separate step. The peak is one
     thread's, so every lever runs on one thread too."""
     peak = matmul_rates(sizes=(256,), min_cpu_s=0.02)[0].flops_per_s
     with one_thread():
-        return [_lever(lever, folder, cfg, batch, steps, compile_backend, peak)
-                for lever in names]
+        return [_lever(lever, folder, cfg, batch, steps, compile_backend, peak) for lever in names]
 
 
-def _lever(lever: str, folder: str, cfg: GPTConfig, batch: int, steps: int,
-           compile_backend: str, peak: float) -> LeverResult:
+def _lever(
+    lever: str,
+    folder: str,
+    cfg: GPTConfig,
+    batch: int,
+    steps: int,
+    compile_backend: str,
+    peak: float,
+) -> LeverResult:
     b = 4 * batch if lever == "micro-batch x4" else batch
     model, opt, fwd, run_model = _setup(lever, cfg, compile_backend)
     g = torch.Generator().manual_seed(0)
@@ -117,10 +134,19 @@ def _lever(lever: str, folder: str, cfg: GPTConfig, batch: int, steps: int,
         cpu.append(time.thread_time() - t0)
 
     first = time.perf_counter()
-    step(0)                                  # compiles, for torch.compile
+    step(0)  # compiles, for torch.compile
     first = time.perf_counter() - first
     path = profiled_steps(0, folder, lever.replace(" ", "_"), step, steps, warmup=1)
     t = rank_timelines(load_traces([path]))[0]
     step_s = sum(e - s for s, e in t.steps) / len(t.steps)
-    return LeverResult(lever, LEVERS[lever], b, step_s, sum(cpu[-steps:]) / steps,
-                       flops, hw, peak, first if lever == "torch.compile" else None)
+    return LeverResult(
+        lever,
+        LEVERS[lever],
+        b,
+        step_s,
+        sum(cpu[-steps:]) / steps,
+        flops,
+        hw,
+        peak,
+        first if lever == "torch.compile" else None,
+    )

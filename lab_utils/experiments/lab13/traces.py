@@ -10,6 +10,7 @@
 The own-span overlap fraction (lab04.overlap_fraction: all-reduce time inside backward) is the
 number the trace's reading (lab_utils.profiling.read) is compared with.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,12 +31,13 @@ IMPLS = ("bucket", "torch")
 @dataclass
 class TracedRun:
     impl: str
-    paths: list[str]            # every rank's trace file (filled on rank 0)
-    own_overlap: float | None   # lab 04's reading of our own spans (rank 0's last step)
+    paths: list[str]  # every rank's trace file (filled on rank 0)
+    own_overlap: float | None  # lab 04's reading of our own spans (rank 0's last step)
 
 
-def ddp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps: int,
-               bucket_cap_bytes: int) -> dict[str, TracedRun]:
+def ddp_traces(
+    ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps: int, bucket_cap_bytes: int
+) -> dict[str, TracedRun]:
     from lab_utils.measure import CommLedger, Timeline
 
     shards = rank_batches(ctx, cfg, batch_per_rank, steps + 2)
@@ -50,7 +52,7 @@ def ddp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps
             if i < steps + 1:
                 train_step(ddp, opt, *shards[i])
                 return
-            with ledger:               # the last step: our own spans as well
+            with ledger:  # the last step: our own spans as well
                 train_step(ddp, opt, *shards[i], span=tl.span)
             for r in ledger.records:
                 tl.add("all_reduce", r.start_s - t0, r.start_s - t0 + r.duration_s)
@@ -89,20 +91,21 @@ def _sharded(variant: str, cfg: GPTConfig, group: Any) -> torch.nn.Module:
     blocks = list(model.blocks)
     on = variant.endswith("prefetch")
     for i, block in enumerate(blocks):
-        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 2] if on else [])
-        block.set_modules_to_backward_prefetch(blocks[i - 1:i] if on and i else [])
+        block.set_modules_to_forward_prefetch(blocks[i + 1 : i + 2] if on else [])
+        block.set_modules_to_backward_prefetch(blocks[i - 1 : i] if on and i else [])
     return model
 
 
-def fsdp_traces(ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int,
-                steps: int) -> dict[str, list[str]]:
+def fsdp_traces(
+    ctx: Any, folder: str, cfg: GPTConfig, batch_per_rank: int, steps: int
+) -> dict[str, list[str]]:
     """One trace file per rank for each of FSDP_VARIANTS (AdamW, one warm-up step);
     {variant: every rank's path}."""
     shards = rank_batches(ctx, cfg, batch_per_rank, steps + 2)
     out = {}
     for variant in FSDP_VARIANTS:
         model = _sharded(variant, cfg, ctx.group)
-        opt = make_optimizer(model.parameters(), "adamw", LR)   # over the shards
+        opt = make_optimizer(model.parameters(), "adamw", LR)  # over the shards
 
         def step(i: int) -> None:
             opt.zero_grad(set_to_none=False)

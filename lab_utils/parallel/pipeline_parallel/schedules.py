@@ -19,6 +19,7 @@ Communication: every schedule sends the same messages (one activation forward an
 gradient backward per micro-batch per stage boundary, 4bTC bytes each); interleaving has
 v times more boundaries: 2 m (p v - 1) messages per step instead of 2 m (p - 1).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -126,8 +127,13 @@ def zb_h2(w: StageWorker) -> None:
 def parse_op(op: str) -> tuple[str, int, int]:
     """'F3' -> ('F', 3, 0); 'B3c1' -> ('B', 3, 1): kind, micro-batch, chunk (ValueError else)."""
     head, _, chunk = op.partition("c")
-    if len(head) < 2 or head[0] not in "FBW" or not head[1:].isdigit() or (
-            chunk and not chunk.isdigit()) or (op.endswith("c")):
+    if (
+        len(head) < 2
+        or head[0] not in "FBW"
+        or not head[1:].isdigit()
+        or (chunk and not chunk.isdigit())
+        or (op.endswith("c"))
+    ):
         raise ValueError(f"{op!r} is not an operation like 'F3', 'B3', 'W3' or 'F3c1'")
     return head[0], int(head[1:]), int(chunk or 0)
 
@@ -140,8 +146,9 @@ def from_order(chunks: StageWorker | Sequence[StageWorker], order: Sequence[str]
     for op in order:
         kind, i, c = parse_op(op)
         w = chunks[c]
-        {"F": w.forward, "B": w.backward_input if split else w.backward,
-         "W": w.backward_weight}[kind](i)
+        {"F": w.forward, "B": w.backward_input if split else w.backward, "W": w.backward_weight}[
+            kind
+        ](i)
 
 
 # name -> (schedule function, model chunks per rank, backward split into B and W?)
@@ -152,4 +159,3 @@ SCHEDULES: dict[str, tuple[Callable, int, bool]] = {
     "zb-h1": (zb_h1, 1, True),
     "zb-h2": (zb_h2, 1, True),
 }
-

@@ -30,6 +30,7 @@ Measurement stays outside: ``observer`` (set from outside, e.g. by lab_utils.exp
 is a context-manager factory ``observer(op, mb, worker)`` entered around the COMPUTE of every
 op ("F", "BW" whole backward, "B", "W"), never around a wait for a message.
 """
+
 from __future__ import annotations
 
 import threading
@@ -58,9 +59,13 @@ def stage_position(stage: int, p: int, placement: str = "loop") -> int:
     return stage % p
 
 
-def pipeline_neighbours(topo: Topology, rank: int, stage: int | None = None,
-                        n_stages: int | None = None,
-                        placement: str = "loop") -> tuple[int | None, int | None]:
+def pipeline_neighbours(
+    topo: Topology,
+    rank: int,
+    stage: int | None = None,
+    n_stages: int | None = None,
+    placement: str = "loop",
+) -> tuple[int | None, int | None]:
     """Global ranks holding the stage before and after ``stage`` (None at the ends).
 
     ``stage`` defaults to this rank's pp coordinate, ``n_stages`` to topo.pp (one stage per
@@ -83,17 +88,27 @@ class StageWorker:
     (``stored``: its activations stay alive in autograd's graph until then).
     """
 
-    def __init__(self, module: torch.nn.Module, stage: int, n_stages: int,
-                 prev_rank: int | None, next_rank: int | None,
-                 inputs: Sequence[torch.Tensor], targets: Sequence[torch.Tensor],
-                 act_shape: tuple[int, ...], tag: int = 0,
-                 deadlock_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        stage: int,
+        n_stages: int,
+        prev_rank: int | None,
+        next_rank: int | None,
+        inputs: Sequence[torch.Tensor],
+        targets: Sequence[torch.Tensor],
+        act_shape: tuple[int, ...],
+        tag: int = 0,
+        deadlock_after_s: float | None = None,
+    ) -> None:
         self.module, self.stage, self.n_stages = module, stage, n_stages
         self.first, self.last = stage == 0, stage == n_stages - 1
         if (prev_rank is None) != self.first or (next_rank is None) != self.last:
-            raise ValueError(f"stage {stage} of {n_stages}: prev_rank={prev_rank}, "
-                             f"next_rank={next_rank}; only the first stage has no previous "
-                             "and only the last no next")
+            raise ValueError(
+                f"stage {stage} of {n_stages}: prev_rank={prev_rank}, "
+                f"next_rank={next_rank}; only the first stage has no previous "
+                "and only the last no next"
+            )
         self.prev_rank, self.next_rank = prev_rank, next_rank
         self.inputs, self.targets, self.m = inputs, targets, len(inputs)
         self.act_shape = act_shape  # (b, T, C): what crosses every stage boundary
@@ -121,8 +136,10 @@ class StageWorker:
         waiter.start()
         waiter.join(self.deadlock_after_s)
         if waiter.is_alive():
-            raise PipelineStuck(f"stage {self.stage} waited {self.deadlock_after_s:g} s for {what} "
-                                f"from rank {src} (its op #{self.n_ops}), and it never came")
+            raise PipelineStuck(
+                f"stage {self.stage} waited {self.deadlock_after_s:g} s for {what} "
+                f"from rank {src} (its op #{self.n_ops}), and it never came"
+            )
         return buf
 
     def _send(self, t: torch.Tensor, dst: int, boundary: int, direction: int) -> None:
@@ -190,8 +207,10 @@ class StageWorker:
         """W: d loss / d weights of micro-batch i, added into .grad; frees its activations."""
         self.n_ops += 1
         if i not in self.pending_w:
-            raise RuntimeError(f"stage {self.stage}: W{i} before B{i} (the weight gradient "
-                               "needs the output gradient that B receives)")
+            raise RuntimeError(
+                f"stage {self.stage}: W{i} before B{i} (the weight gradient "
+                "needs the output gradient that B receives)"
+            )
         with self._observe("W", i):
             torch.autograd.backward(self.pending_w.pop(i), inputs=self.params)
             del self.stored[i]

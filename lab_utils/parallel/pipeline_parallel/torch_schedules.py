@@ -10,6 +10,7 @@ activation forward and the activation gradient backward, (b, T, C) fp32 = 4bTC b
 STAGE boundary: with v chunks a micro-batch crosses p*v - 1 boundaries instead of p - 1, so the
 p2p traffic per step is v times that of 1F1B (the price of the v-times-smaller bubble).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -34,8 +35,9 @@ def stage_ids(rank: int, p: int, v: int, placement: str = "loop") -> list[int]:
     return [k for k in range(p * v) if stage_position(k, p, placement) == rank]
 
 
-def build_schedule(name: str, modules: Sequence[nn.Module], ids: Sequence[int], ctx: Any,
-                   m: int, loss_fn: Callable) -> Any:
+def build_schedule(
+    name: str, modules: Sequence[nn.Module], ids: Sequence[int], ctx: Any, m: int, loss_fn: Callable
+) -> Any:
     """torch's schedule ``name`` over this rank's stage modules (``modules[i]`` is stage
     ``ids[i]`` of p*v, p = ctx.world_size). Call ``.step(x)`` on the rank holding stage 0,
     ``.step(target=y, losses=[])`` on the one holding the last, ``.step()`` elsewhere."""
@@ -43,8 +45,9 @@ def build_schedule(name: str, modules: Sequence[nn.Module], ids: Sequence[int], 
 
     cls_name, v, _, _ = TORCH_SCHEDULES[name]
     n = ctx.world_size * v
-    stages = [pipelining.PipelineStage(mod, i, n, ctx.device, group=ctx.group)
-              for mod, i in zip(modules, ids)]
+    stages = [
+        pipelining.PipelineStage(mod, i, n, ctx.device, group=ctx.group)
+        for mod, i in zip(modules, ids)
+    ]
     cls = getattr(pipelining, cls_name)
     return cls(stages if v > 1 else stages[0], n_microbatches=m, loss_fn=loss_fn)
-

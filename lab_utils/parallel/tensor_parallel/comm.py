@@ -30,6 +30,7 @@ collectives work in place, and an incoming gradient may be shared with another b
 ``vocab_parallel_cross_entropy``: the loss on vocab-split logits with 3 all-reduces of B*T values
 (max, target logit, sum of exps) instead of gathering the B*T*V logits.
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,6 +42,7 @@ SEQ_DIM = 1  # activations are (B, T, C)
 
 # -- helpers: the three collectives along a tensor dim -----------------------------------------
 
+
 def all_reduce_copy(x: torch.Tensor, group) -> torch.Tensor:
     x = x.contiguous().clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM, group=group)
@@ -50,8 +52,10 @@ def all_reduce_copy(x: torch.Tensor, group) -> torch.Tensor:
 def all_gather_along(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     """(.., n, ..) on each of t ranks -> (.., t*n, ..), rank order along `dim`: ONE all-gather,
     (t-1)/t of the gathered bytes sent per rank. No autograd (the functions below add it)."""
-    parts = [torch.empty_like(x, memory_format=torch.contiguous_format)
-             for _ in range(dist.get_world_size(group))]
+    parts = [
+        torch.empty_like(x, memory_format=torch.contiguous_format)
+        for _ in range(dist.get_world_size(group))
+    ]
     dist.all_gather(parts, x.contiguous(), group=group)
     return torch.cat(parts, dim=dim)
 
@@ -76,6 +80,7 @@ def _my_slice(x: torch.Tensor, dim: int, group) -> torch.Tensor:
 
 # -- f and g -----------------------------------------------------------------------------------
 
+
 class _CopyToTP(Function):
     """f: identity forward, all-reduce backward (the input gradient is a sum over column shards)."""
 
@@ -90,7 +95,8 @@ class _CopyToTP(Function):
 
 
 class ReduceFromTP(Function):
-    """g: all-reduce forward (sum the partial outputs of a row-parallel linear), identity backward."""
+    """g: all-reduce forward (sum the partial outputs of a row-parallel linear), identity
+    backward."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -112,6 +118,7 @@ def reduce_from_tp(x: torch.Tensor, group) -> torch.Tensor:
 
 
 # -- sequence parallelism ----------------------------------------------------------------------
+
 
 class _GatherFromSequence(Function):
     @staticmethod
@@ -203,7 +210,9 @@ class _SequenceGatherLinear(Function):
     @staticmethod
     def backward(ctx, grad):  # grad: (B, T, N/t)
         x, weight = ctx.saved_tensors
-        full = all_gather_along(x, SEQ_DIM, ctx.group)  # re-gather: memory traded for one collective
+        full = all_gather_along(
+            x, SEQ_DIM, ctx.group
+        )  # re-gather: memory traded for one collective
         grad_full = grad @ weight  # (B, T, C): this rank's columns' share of the input gradient
         grad_w = grad.flatten(0, 1).t() @ full.flatten(0, 1)  # (N/t, C)
         grad_b = grad.flatten(0, 1).sum(0) if ctx.has_bias else None
@@ -216,6 +225,7 @@ def sequence_gather_linear(x, weight, bias, group) -> torch.Tensor:
 
 
 # -- vocab-parallel cross-entropy ---------------------------------------------------------------
+
 
 class _VocabParallelCrossEntropy(Function):
     """Cross-entropy on logits split by vocabulary, WITHOUT gathering the (N, V) logits
@@ -250,8 +260,9 @@ class _VocabParallelCrossEntropy(Function):
         return g * grad.unsqueeze(-1), None, None
 
 
-def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor,
-                                 group) -> torch.Tensor:
+def vocab_parallel_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, group
+) -> torch.Tensor:
     """Per-token loss (N,) from this rank's vocab slice of the logits (N, V/t) (rank i owns
     classes [i V/t, (i+1) V/t)). .mean() of it equals F.cross_entropy on the full logits."""
     return _VocabParallelCrossEntropy.apply(logits, targets, group)

@@ -28,6 +28,7 @@ Every module is built FROM the unsharded one by slicing its weights, so a sharde
 checked against the original (``lab_utils.experiments.unshard.unshard`` gathers the weights or
 gradients back under the original names).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -37,12 +38,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from lab_utils.parallel.tensor_parallel.comm import (copy_to_tp, gather_from_sequence,
-                                                    gather_from_tp, reduce_from_tp,
-                                                    reduce_scatter_to_sequence,
-                                                    scatter_to_sequence, sequence_gather_linear)
+from lab_utils.parallel.tensor_parallel.comm import (
+    copy_to_tp,
+    gather_from_sequence,
+    gather_from_tp,
+    reduce_from_tp,
+    reduce_scatter_to_sequence,
+    scatter_to_sequence,
+    sequence_gather_linear,
+)
 from lab_utils.parallel.tensor_parallel.rng import TPDropout, TPRandom
-
 
 # -- the parallel linears ----------------------------------------------------------------------
 
@@ -60,21 +65,33 @@ class ColumnParallelLinear(nn.Module):
     the (B, T, N) output. Backward: 1 all-reduce of the input gradient [SP: re-gather + RS].
     """
 
-    def __init__(self, linears: nn.Linear | Sequence[nn.Linear], group,
-                 gather_output: bool = False, sequence_parallel: bool = False):
+    def __init__(
+        self,
+        linears: nn.Linear | Sequence[nn.Linear],
+        group,
+        gather_output: bool = False,
+        sequence_parallel: bool = False,
+    ):
         super().__init__()
         linears = [linears] if isinstance(linears, nn.Linear) else list(linears)
         rank, t = _rank_and_size(group)
         for lin in linears:
             if lin.out_features % t or lin.in_features != linears[0].in_features:
                 raise ValueError(f"cannot split {lin} by columns over {t} ranks")
-        self.group, self.gather_output, self.sequence_parallel = group, gather_output, sequence_parallel
+        self.group, self.gather_output, self.sequence_parallel = (
+            group,
+            gather_output,
+            sequence_parallel,
+        )
         self.part_sizes = [lin.out_features // t for lin in linears]
         weight = torch.cat([lin.weight.detach().chunk(t, 0)[rank] for lin in linears])  # (N/t, C)
         self.weight = nn.Parameter(weight.clone())
         has_bias = linears[0].bias is not None
-        self.bias = nn.Parameter(torch.cat([lin.bias.detach().chunk(t)[rank] for lin in linears])
-                                 .clone()) if has_bias else None
+        self.bias = (
+            nn.Parameter(torch.cat([lin.bias.detach().chunk(t)[rank] for lin in linears]).clone())
+            if has_bias
+            else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_parallel:  # x: (B, T/t, C)
@@ -118,8 +135,9 @@ class RowParallelLinear(nn.Module):
 class TPMLP(nn.Module):
     """fc (column) -> GELU -> proj (row) -> dropout. (B, T, C) -> (B, T, 4C/t) -> (B, T, C)."""
 
-    def __init__(self, mlp: nn.Module, group, sequence_parallel: bool = False,
-                 rng: TPRandom | None = None):
+    def __init__(
+        self, mlp: nn.Module, group, sequence_parallel: bool = False, rng: TPRandom | None = None
+    ):
         super().__init__()
         self.fc = ColumnParallelLinear(mlp.fc, group, sequence_parallel=sequence_parallel)
         self.act = mlp.act
@@ -136,16 +154,18 @@ class TPAttention(nn.Module):
     """Causal self-attention with n_head/t whole heads per rank; the same math as
     models.CausalSelfAttention. Heads never talk to each other, so no comm inside attention."""
 
-    def __init__(self, attn: nn.Module, group, sequence_parallel: bool = False,
-                 rng: TPRandom | None = None):
+    def __init__(
+        self, attn: nn.Module, group, sequence_parallel: bool = False, rng: TPRandom | None = None
+    ):
         super().__init__()
         t = dist.get_world_size(group)
         n_head = attn.q.out_features // attn.head_dim
         if n_head % t:
             raise ValueError(f"n_head={n_head} must be divisible by tp={t} (whole heads per rank)")
         self.head_dim = attn.head_dim
-        self.qkv = ColumnParallelLinear([attn.q, attn.k, attn.v], group,
-                                        sequence_parallel=sequence_parallel)
+        self.qkv = ColumnParallelLinear(
+            [attn.q, attn.k, attn.v], group, sequence_parallel=sequence_parallel
+        )
         self.proj = RowParallelLinear(attn.proj, group, sequence_parallel)
         if attn.attn_drop.p > 0 and rng is None:
             raise ValueError("attention dropout on split heads needs the sharded stream: pass rng")
@@ -158,7 +178,7 @@ class TPAttention(nn.Module):
         q = q.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H/t, T, hd)
         k = k.view(B, T, -1, self.head_dim).transpose(1, 2)
         v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / self.head_dim ** 0.5  # (B, H/t, T, T)
+        att = (q @ k.transpose(-2, -1)) / self.head_dim**0.5  # (B, H/t, T, T)
         future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(diagonal=1)
         att = self.attn_drop(F.softmax(att.masked_fill(future, float("-inf")), dim=-1))
         y = (att @ v).transpose(1, 2).reshape(B, T, -1)  # (B, T, C/t)
@@ -189,8 +209,9 @@ class VocabParallelEmbedding(nn.Module):
 # -- a whole TinyGPT ---------------------------------------------------------------------------
 
 
-def parallelize_block(block: nn.Module, group, sequence_parallel: bool = False,
-                      rng: TPRandom | None = None) -> nn.Module:
+def parallelize_block(
+    block: nn.Module, group, sequence_parallel: bool = False, rng: TPRandom | None = None
+) -> nn.Module:
     """Megatron TP on one transformer block, IN PLACE: attention and MLP become TPAttention and
     TPMLP (q, k, v, fc column-parallel; attn.proj, mlp.proj row-parallel). The one TP plan of
     our layers: tensor_parallelize (a TinyGPT, lab 06) and compose.apply_tp_ours (a pipeline
@@ -204,9 +225,14 @@ def parallelize_block(block: nn.Module, group, sequence_parallel: bool = False,
     return block
 
 
-def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
-                       rng: TPRandom | None = None, vocab_parallel: bool = False,
-                       gather_logits: bool = True) -> nn.Module:
+def tensor_parallelize(
+    model: nn.Module,
+    group,
+    sequence_parallel: bool = False,
+    rng: TPRandom | None = None,
+    vocab_parallel: bool = False,
+    gather_logits: bool = True,
+) -> nn.Module:
     """Turn a TinyGPT's blocks into Megatron TP blocks IN PLACE (same parameter names; the
     sharded weights are slices of the originals). Embeddings, final LayerNorm and head stay
     replicated unless vocab_parallel=True: vocab-parallel embedding and a column-parallel head,
@@ -218,8 +244,10 @@ def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
     [SP: + 2 re-gathers], plus (SP) one all-reduce of the LayerNorm/bias grads per step."""
     t = dist.get_world_size(group)
     if model.cfg.dropout > 0 and rng is None:
-        raise ValueError("dropout > 0: pass rng=seed_tensor_parallel(seed, group) so masks are "
-                         "equal where activations are replicated and differ where sharded")
+        raise ValueError(
+            "dropout > 0: pass rng=seed_tensor_parallel(seed, group) so masks are "
+            "equal where activations are replicated and differ where sharded"
+        )
     if sequence_parallel and model.cfg.seq_len % t:
         raise ValueError(f"sequence parallelism needs tp={t} to divide seq_len={model.cfg.seq_len}")
     for block in model.blocks:
@@ -227,9 +255,11 @@ def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
     model.drop = TPDropout(model.drop.p)  # embedding dropout: replicated region
     if sequence_parallel:
         model.blocks[0].register_forward_pre_hook(
-            lambda _, args: (scatter_to_sequence(args[0], group),))  # (B, T, C) -> (B, T/t, C)
+            lambda _, args: (scatter_to_sequence(args[0], group),)
+        )  # (B, T, C) -> (B, T/t, C)
         model.blocks[-1].register_forward_hook(
-            lambda _, args, out: gather_from_sequence(out, group, reduce_grad=False))
+            lambda _, args, out: gather_from_sequence(out, group, reduce_grad=False)
+        )
     if vocab_parallel:
         if model.head.weight is model.tok_emb.weight:
             raise ValueError("vocab_parallel with tied weights is not supported here")
@@ -241,8 +271,11 @@ def tensor_parallelize(model: nn.Module, group, sequence_parallel: bool = False,
 def sync_sequence_parallel_grads(model: nn.Module, group) -> int:
     """All-reduce (ONE coalesced call) the grads of replicated params that saw only a sequence
     slice (LayerNorms, row-parallel biases). Returns the bytes all-reduced (0 without SP)."""
-    grads = [p.grad for p in model.parameters()
-             if getattr(p, "sequence_parallel", False) and p.grad is not None]
+    grads = [
+        p.grad
+        for p in model.parameters()
+        if getattr(p, "sequence_parallel", False) and p.grad is not None
+    ]
     if not grads:
         return 0
     flat = torch.cat([g.flatten() for g in grads])

@@ -6,6 +6,7 @@ diverge); where each rank holds its OWN piece (its attention heads; with sequenc
 sequence slice), masks must DIFFER per rank. The record/replay helpers rebuild the full-size
 masks so an unsharded model can be checked against a TP one with dropout on.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ class TPRandom:
     `fork()` swaps the sharded state in for the duration of a block, as Megatron's tracker does.
     """
 
-    def __init__(self, seed: int, tp_rank: int, device: torch.device | str = "cpu",
-                 offset: int = 2718):
+    def __init__(
+        self, seed: int, tp_rank: int, device: torch.device | str = "cpu", offset: int = 2718
+    ):
         self.seed, self.device = seed + offset + tp_rank, torch.device(device)
         with self._fork_default():
             torch.manual_seed(self.seed)

@@ -1,4 +1,4 @@
-""""Criticise this answer": a flawed answer, paraphrased from interview-prep material, to grade.
+""" "Criticise this answer": a flawed answer, paraphrased from interview-prep material, to grade.
 
     c = critique("amdahl-256")
     print(c.prompt)                       # the question, the candidate's statements (numbered),
@@ -15,6 +15,7 @@ The index of a package, one concept per module:
     catalog         every item (``all_critiques``) and one by id (``critique``)
 Modules import each other's modules, never this index; code outside imports the index.
 """
+
 from __future__ import annotations
 
 from lab_utils.practice.critiques.catalog import all_critiques, critique

@@ -1,4 +1,5 @@
 """Every critique item, and one by id."""
+
 from __future__ import annotations
 
 from lab_utils.practice.critiques.model import Critique
@@ -12,6 +13,7 @@ def all_critiques() -> tuple[Critique, ...]:
     from lab_utils.practice.critiques.bank_correctness import ITEMS as correctness
     from lab_utils.practice.critiques.bank_parallel import ITEMS as parallel
     from lab_utils.practice.critiques.bank_sizing import ITEMS as sizing
+
     return sizing() + parallel() + baselines() + correctness()
 
 
@@ -21,5 +23,7 @@ def critique(item_id: str) -> Critique:
     for c in all_critiques():
         if c.id == want:
             return c
-    raise ValueError(f"no critique {item_id!r}; ids: "
-                     + ", ".join(c.id.split(":", 1)[1] for c in all_critiques()))
+    raise ValueError(
+        f"no critique {item_id!r}; ids: "
+        + ", ".join(c.id.split(":", 1)[1] for c in all_critiques())
+    )

@@ -1,4 +1,4 @@
-""""Criticise this answer": a flawed answer, paraphrased from interview-prep material, to grade.
+""" "Criticise this answer": a flawed answer, paraphrased from interview-prep material, to grade.
 
     c = critique("amdahl-256")
     print(c.prompt)                       # the question, the candidate's statements (numbered),
@@ -12,6 +12,7 @@ Grading: +1 for each wrong statement you flag, -1 for each right statement you f
 numbers). The right numbers come from ``lab_utils.calc`` (the ``bank_*`` modules); each number's
 ``mistakes`` include the flawed answer's own figure, so repeating it is named as such.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,8 @@ class Statement:
 class Critique:
     id: str
     title: str
-    source: str           # where the flawed claim comes from (a source document, paraphrased)
-    setting: str          # the interview question as asked
+    source: str  # where the flawed claim comes from (a source document, paraphrased)
+    setting: str  # the interview question as asked
     statements: tuple[Statement, ...]
     fixes: tuple[Drill, ...]
     lesson: str
@@ -46,10 +47,13 @@ class Critique:
         title = self.title if self.title[-1] in ".?!" else f"{self.title}."
         lines = [f"{tag(self.id)} {title} {self.setting} A candidate answers:"]
         lines += [f"  {i}. {s.text}" for i, s in enumerate(self.statements, 1)]
-        lines.append("Which statements are wrong?" + (" Then give the right numbers:" if self.fixes
-                                                      else ""))
-        lines += [f"  {chr(97 + j)}) {d.question}" + (f" (in {d.unit})" if d.unit else "")
-                  for j, d in enumerate(self.fixes)]
+        lines.append(
+            "Which statements are wrong?" + (" Then give the right numbers:" if self.fixes else "")
+        )
+        lines += [
+            f"  {chr(97 + j)}) {d.question}" + (f" (in {d.unit})" if d.unit else "")
+            for j, d in enumerate(self.fixes)
+        ]
         return "\n".join(lines)
 
     @property
@@ -58,12 +62,16 @@ class Critique:
 
     def secrets(self) -> Secrets:
         nums = tuple(d.answer for d in self.fixes)
-        texts = tuple(s.why for s in self.statements) + (self.lesson,) + \
-            tuple(d.explanation for d in self.fixes)
+        texts = (
+            tuple(s.why for s in self.statements)
+            + (self.lesson,)
+            + tuple(d.explanation for d in self.fixes)
+        )
         return Secrets(nums, texts, tuple(d.unit for d in self.fixes))
 
-    def grade(self, wrong: Iterable[int] = (), numbers: Sequence[Any] | Mapping[int, Any] = ()
-              ) -> "CritiqueResult":
+    def grade(
+        self, wrong: Iterable[int] = (), numbers: Sequence[Any] | Mapping[int, Any] = ()
+    ) -> "CritiqueResult":
         """``wrong``: the statement numbers (1-based, as printed) you think are wrong;
         ``numbers``: your corrected values in the order a), b), ... (a list, or {0: ..., 1: ...};
         None or a missing entry = no answer). Bad input gives an invalid result (nothing is
@@ -73,28 +81,45 @@ class Critique:
         try:
             flagged = frozenset(wrong)
         except TypeError:
-            return CritiqueResult(self, False, message=f"wrong must be statement numbers 1..{n}, "
-                                                       "e.g. {2, 5}")
-        bad = [w for w in flagged
-               if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= n]
+            return CritiqueResult(
+                self, False, message=f"wrong must be statement numbers 1..{n}, e.g. {{2, 5}}"
+            )
+        bad = [
+            w for w in flagged if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= n
+        ]
         if bad:
-            return CritiqueResult(self, False, message=f"no statement {bad[0]!r}: they are "
-                                                       f"numbered 1 to {n}")
+            return CritiqueResult(
+                self, False, message=f"no statement {bad[0]!r}: they are numbered 1 to {n}"
+            )
         try:
             given = dict(numbers) if isinstance(numbers, Mapping) else dict(enumerate(numbers))
         except TypeError:
-            return CritiqueResult(self, False, message="numbers must be a list in the order "
-                                                       "a), b), ... (None where you skip one)")
-        given = {j: v for j, v in given.items()
-                 if not (v is None or (isinstance(v, str) and not v.strip()))}
+            return CritiqueResult(
+                self,
+                False,
+                message="numbers must be a list in the order a), b), ... (None where you skip one)",
+            )
+        given = {
+            j: v
+            for j, v in given.items()
+            if not (v is None or (isinstance(v, str) and not v.strip()))
+        }
         if not flagged and not given:
-            return CritiqueResult(self, False, message="nothing to submit yet: tick the "
-                                  "statement(s) you think are wrong" + (" or give a corrected "
-                                  "number" if self.fixes else "") + ", then submit")
+            return CritiqueResult(
+                self,
+                False,
+                message="nothing to submit yet: tick the "
+                "statement(s) you think are wrong"
+                + (" or give a corrected number" if self.fixes else "")
+                + ", then submit",
+            )
         extra = [k for k in given if k not in range(len(self.fixes))]
         if extra:
-            return CritiqueResult(self, False, message=f"{len(self.fixes)} number(s) to give, "
-                                                       f"got one for position {extra[0]!r}")
+            return CritiqueResult(
+                self,
+                False,
+                message=f"{len(self.fixes)} number(s) to give, got one for position {extra[0]!r}",
+            )
         for j, value in given.items():
             try:
                 parse_answer(value, self.fixes[j].unit)
@@ -118,13 +143,17 @@ class CritiqueResult:
 
     @property
     def found(self) -> int:
-        return sum(1 for i, s in enumerate(self.critique.statements, 1)
-                   if s.wrong and i in self.flagged)
+        return sum(
+            1 for i, s in enumerate(self.critique.statements, 1) if s.wrong and i in self.flagged
+        )
 
     @property
     def false_alarms(self) -> int:
-        return sum(1 for i, s in enumerate(self.critique.statements, 1)
-                   if not s.wrong and i in self.flagged)
+        return sum(
+            1
+            for i, s in enumerate(self.critique.statements, 1)
+            if not s.wrong and i in self.flagged
+        )
 
     @property
     def numbers_right(self) -> int:
@@ -138,18 +167,25 @@ class CritiqueResult:
 
     def lines(self) -> list[str]:
         c = self.critique
-        out = [f"{submitted_mark(c.id)} You found {self.found} of {c.n_wrong} wrong statement(s)"
-               f"{f' and flagged {self.false_alarms} right one(s)' if self.false_alarms else ''}"
-               f"; numbers right: {self.numbers_right} of {len(c.fixes)}; score "
-               f"{self.score:.0%}."]
-        you = {(True, True): "you flagged it: well spotted", (True, False): "MISSED",
-               (False, True): "you flagged it, but it holds", (False, False): "not flagged"}
+        out = [
+            f"{submitted_mark(c.id)} You found {self.found} of {c.n_wrong} wrong statement(s)"
+            f"{f' and flagged {self.false_alarms} right one(s)' if self.false_alarms else ''}"
+            f"; numbers right: {self.numbers_right} of {len(c.fixes)}; score "
+            f"{self.score:.0%}."
+        ]
+        you = {
+            (True, True): "you flagged it: well spotted",
+            (True, False): "MISSED",
+            (False, True): "you flagged it, but it holds",
+            (False, False): "not flagged",
+        }
         for i, s in enumerate(c.statements, 1):
             verdict = "WRONG" if s.wrong else "right"
             out.append(f"  {i}. {verdict} ({you[(s.wrong, i in self.flagged)]}) - {s.why}")
         for j, (d, chk) in enumerate(zip(c.fixes, self.checks)):
-            text = (chk.message if chk is not None
-                    else f"no answer given. The answer: {d.explanation}")
+            text = (
+                chk.message if chk is not None else f"no answer given. The answer: {d.explanation}"
+            )
             out.append(f"  {chr(97 + j)}) {text}")
         out.append(f"Lesson: {c.lesson}")
         return out
@@ -160,12 +196,28 @@ class CritiqueResult:
 
 # --- builders for the banks: a statement row, a number to correct ------------------------
 
-def fix(item: str, j: int, question: str, answer: float, unit: str, explanation: str,
-        *mistakes: tuple[float, str], tolerance: float = 0.02) -> Drill:
+
+def fix(
+    item: str,
+    j: int,
+    question: str,
+    answer: float,
+    unit: str,
+    explanation: str,
+    *mistakes: tuple[float, str],
+    tolerance: float = 0.02,
+) -> Drill:
     """A number the learner must correct, graded like a drill (id ``critique:<item>/<j>``)."""
-    return Drill(question, answer, unit, tolerance, explanation, kind="critique-fix",
-                 mistakes=tuple(Mistake(v, why) for v, why in mistakes),
-                 id=f"critique:{item}/{chr(97 + j)}")
+    return Drill(
+        question,
+        answer,
+        unit,
+        tolerance,
+        explanation,
+        kind="critique-fix",
+        mistakes=tuple(Mistake(v, why) for v, why in mistakes),
+        id=f"critique:{item}/{chr(97 + j)}",
+    )
 
 
 def S(text: str, wrong: bool, why: str) -> Statement:  # noqa: N802 (reads like a table row)

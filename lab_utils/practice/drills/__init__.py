@@ -18,11 +18,27 @@ The index of a package, one concept per module:
     session      drills by id and seed, and the deck answered once each (DrillSession)
 Modules import each other's modules, never this index; code outside imports the index.
 """
+
 from __future__ import annotations
 
 from lab_utils.practice.drills.model import GENERATORS, Drill, DrillResult, Mistake, generator
-from lab_utils.practice.drills.session import (DrillSession, kinds, lookup_drill, make_drill,
-                                               make_drills)
+from lab_utils.practice.drills.session import (
+    DrillSession,
+    kinds,
+    lookup_drill,
+    make_drill,
+    make_drills,
+)
 
-__all__ = ["Drill", "DrillResult", "DrillSession", "GENERATORS", "Mistake", "generator", "kinds",
-           "lookup_drill", "make_drill", "make_drills"]
+__all__ = [
+    "Drill",
+    "DrillResult",
+    "DrillSession",
+    "GENERATORS",
+    "Mistake",
+    "generator",
+    "kinds",
+    "lookup_drill",
+    "make_drill",
+    "make_drills",
+]

@@ -1,6 +1,7 @@
 """What a quick-math drill is: a question, its computed answer and tolerance, the answers of
 common misconceptions (``Mistake``), the verdict on one answer (``DrillResult``), and the registry
 the generators (``memory``, ``performance``) fill with ``@generator(kind)``."""
+
 from __future__ import annotations
 
 import random
@@ -64,8 +65,9 @@ class Drill:
         return self.mistakes[0].why if self.mistakes else ""
 
     def secrets(self) -> Secrets:
-        return Secrets((self.answer,), (self.explanation,) + tuple(m.why for m in self.mistakes),
-                       (self.unit,))
+        return Secrets(
+            (self.answer,), (self.explanation,) + tuple(m.why for m in self.mistakes), (self.unit,)
+        )
 
     def check(self, value: Any) -> DrillResult:
         """Accept ``value`` within ``tolerance`` of the answer, else explain (naming the
@@ -76,14 +78,24 @@ class Drill:
         except ValueError as exc:
             return DrillResult(self.id, False, False, value, str(exc))
         if within(x, self.answer, self.tolerance):
-            return DrillResult(self.id, True, True, value,
-                               f"Correct: {with_unit(self.answer, self.unit)}. {self.explanation}")
+            return DrillResult(
+                self.id,
+                True,
+                True,
+                value,
+                f"Correct: {with_unit(self.answer, self.unit)}. {self.explanation}",
+            )
         hit = next((m for m in self.mistakes if within(x, m.value, self.tolerance)), None)
         named = f" That is a classic mistake: {hit.why}" if hit else ""
-        return DrillResult(self.id, True, False, value,
-                           f"Not quite: you said {with_unit(x, self.unit)}; the answer is "
-                           f"{with_unit(self.answer, self.unit)}.{named} {self.explanation}",
-                           hit.why if hit else "")
+        return DrillResult(
+            self.id,
+            True,
+            False,
+            value,
+            f"Not quite: you said {with_unit(x, self.unit)}; the answer is "
+            f"{with_unit(self.answer, self.unit)}.{named} {self.explanation}",
+            hit.why if hit else "",
+        )
 
 
 GENERATORS: dict[str, Callable[[random.Random], Drill]] = {}
@@ -91,7 +103,9 @@ GENERATORS: dict[str, Callable[[random.Random], Drill]] = {}
 
 def generator(kind: str) -> Callable[[Callable[[random.Random], Drill]], Callable]:
     """Register a drill generator (rng -> Drill) under ``kind`` (``memory``, ``performance``)."""
+
     def register(fn: Callable[[random.Random], Drill]) -> Callable[[random.Random], Drill]:
         GENERATORS[kind] = fn
         return fn
+
     return register

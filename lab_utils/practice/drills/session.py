@@ -1,5 +1,6 @@
 """Drills by id and by seed (``make_drill``, ``make_drills``, ``lookup_drill``) and the deck a
 learner answers once each (``DrillSession``, the state behind the drill widget)."""
+
 from __future__ import annotations
 
 import random
@@ -35,8 +36,9 @@ def kinds() -> list[str]:
     return list(GENERATORS)
 
 
-def make_drills(seed: int = 0, n: int | None = None, kinds: list[str] | None = None,
-                prefix: str = "") -> list[Drill]:
+def make_drills(
+    seed: int = 0, n: int | None = None, kinds: list[str] | None = None, prefix: str = ""
+) -> list[Drill]:
     """Drills for ``seed`` (same seed -> same drills). Default: one of each kind in ``kinds``
     (default: every registered kind); with ``n``, n drills cycling through them. ``prefix``
     (letters) keeps another deck's drills apart from these (the mock interview uses 'm')."""
@@ -55,9 +57,9 @@ def make_drills(seed: int = 0, n: int | None = None, kinds: list[str] | None = N
 
 def _load_generators() -> None:
     if not GENERATORS:  # importing the generator modules registers them (memory first)
+        import lab_utils.practice.drills.correctness  # noqa: F401
         import lab_utils.practice.drills.memory  # noqa: F401
         import lab_utils.practice.drills.performance  # noqa: F401
-        import lab_utils.practice.drills.correctness  # noqa: F401
 
 
 class DrillSession:
@@ -82,24 +84,29 @@ class DrillSession:
 
     def rows(self) -> list[dict]:
         """The questions as table rows: number, id, question, unit, and whether answered."""
-        return [{"#": i, "question": d.prompt, "done": "yes" if i in self.results else ""}
-                for i, d in enumerate(self.drills)]
+        return [
+            {"#": i, "question": d.prompt, "done": "yes" if i in self.results else ""}
+            for i, d in enumerate(self.drills)
+        ]
 
     def table(self, title: str = "Quick-math drills (answers hidden until you submit)") -> Any:
         """The questions as a ``viz.Table`` (no answers)."""
         from lab_utils.viz import Table
+
         return Table(self.rows(), title=title)
 
     def show(self, title: str = "Quick-math drills (answers hidden until you submit)") -> None:
         """Display the questions (``viz.show_table``); nothing is returned, so a notebook cell
         ending with ``deck.show()`` shows the table once."""
         from lab_utils.viz import show_table
+
         show_table(self.rows(), title=title)
 
     def _bad_index(self, i: Any) -> DrillResult | None:
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self.drills):
-            return DrillResult("", False, False, i, f"no drill number {i!r}: choose 0 to "
-                                                    f"{len(self.drills) - 1}")
+            return DrillResult(
+                "", False, False, i, f"no drill number {i!r}: choose 0 to {len(self.drills) - 1}"
+            )
         return None
 
     def submit(self, i: int | None = None, value: Any = None) -> DrillResult:
@@ -122,8 +129,13 @@ class DrillSession:
             return bad
         if i not in self.results:
             d = self.drills[i]
-            self.results[i] = DrillResult(d.id, True, False, None, f"Not answered. The answer is "
-                                          f"{with_unit(d.answer, d.unit)}. {d.explanation}")
+            self.results[i] = DrillResult(
+                d.id,
+                True,
+                False,
+                None,
+                f"Not answered. The answer is {with_unit(d.answer, d.unit)}. {d.explanation}",
+            )
         return self.results[i]
 
     def next(self) -> Drill:
@@ -136,6 +148,11 @@ class DrillSession:
         out = {}
         for i, d in enumerate(self.drills):
             pick = i % 3
-            out[i] = (d.answer if pick == 0 or (pick == 1 and not d.mistakes)
-                      else d.mistakes[0].value if pick == 1 else d.answer * 3)
+            out[i] = (
+                d.answer
+                if pick == 0 or (pick == 1 and not d.mistakes)
+                else d.mistakes[0].value
+                if pick == 1
+                else d.answer * 3
+            )
         return out

@@ -14,6 +14,7 @@ anything cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess", seen
 torchrun's launch config calls ``torch.cuda.is_available()``; with PYTORCH_NVML_BASED_CUDA_CHECK=1
 torch answers that from NVML instead of initialising the driver, so the forked ranks can.
 """
+
 import gc
 import importlib
 import os
@@ -24,11 +25,14 @@ from lab_utils.runtime.engine import lifeline
 
 
 def main(argv: list[str]) -> None:
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # see the docstring: keep CUDA fork-safe
+    os.environ.setdefault(
+        "PYTORCH_NVML_BASED_CUDA_CHECK", "1"
+    )  # see the docstring: keep CUDA fork-safe
     lifeline.watch_from_env()  # the launcher is gone -> this agent and its ranks go too
     for name in filter(None, os.environ.get("LAB_UTILS_PRELOAD", "").split(",")):
         importlib.import_module(name)
-    gc.freeze()  # the ranks' garbage collectors skip what is already here: fewer copy-on-write pages
+    # the ranks' garbage collectors skip what is already here: fewer copy-on-write pages
+    gc.freeze()
     sys.argv = ["torchrun", *argv]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
 

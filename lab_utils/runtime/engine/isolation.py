@@ -14,6 +14,7 @@ the pool then restarts before the next run, so no run ever inherits it. A functi
 a notebook travels by value and gets fresh globals on every run; an importable module's globals
 live as long as the process, as in any Python program.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -25,8 +26,11 @@ import torch.distributed as dist
 import torch.nn.modules.module as module_hooks
 
 RUN_SEED = 0
-_HOOK_DICTS = [n for n in dir(module_hooks) if n.startswith("_global_") and
-               isinstance(getattr(module_hooks, n), dict)]
+_HOOK_DICTS = [
+    n
+    for n in dir(module_hooks)
+    if n.startswith("_global_") and isinstance(getattr(module_hooks, n), dict)
+]
 
 
 def seed_everything(seed: int = RUN_SEED) -> None:
@@ -34,6 +38,7 @@ def seed_everything(seed: int = RUN_SEED) -> None:
     random.seed(seed)
     try:
         import numpy as np
+
         np.random.seed(seed)
     except ImportError:
         pass
@@ -66,10 +71,14 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> "Snapshot":
-        return cls(torch.is_grad_enabled(), torch.get_default_dtype(), torch.is_anomaly_enabled(),
-                   torch.are_deterministic_algorithms_enabled(),
-                   {n: dict(getattr(module_hooks, n)) for n in _HOOK_DICTS},
-                   set(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else set())
+        return cls(
+            torch.is_grad_enabled(),
+            torch.get_default_dtype(),
+            torch.is_anomaly_enabled(),
+            torch.are_deterministic_algorithms_enabled(),
+            {n: dict(getattr(module_hooks, n)) for n in _HOOK_DICTS},
+            set(dist.distributed_c10d._world.pg_map) if dist.is_initialized() else set(),
+        )
 
 
 def restore(before: Snapshot) -> str:

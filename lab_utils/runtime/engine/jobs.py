@@ -5,6 +5,7 @@ explains the failure (``forensics.py``). A cold run is a pool's one job: the sam
 A rank leaves marks in the job's folder (``rank.py``): ``.ok`` its result, ``.err`` its
 traceback, ``.done`` its clean-up finished; its last line of a job is END_MARK.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,16 @@ import queue
 import time
 from dataclasses import dataclass, field
 
-from lab_utils.runtime.engine.forensics import (dead_ranks, failure, fmt_ranks, read_fatal,
-                                                read_notes, read_records, read_stacks,
-                                                request_stacks)
+from lab_utils.runtime.engine.forensics import (
+    dead_ranks,
+    failure,
+    fmt_ranks,
+    read_fatal,
+    read_notes,
+    read_records,
+    read_stacks,
+    request_stacks,
+)
 from lab_utils.runtime.engine.process import Agent
 from lab_utils.runtime.engine.status import StatusLine
 from lab_utils.runtime.results import RunResults
@@ -43,8 +51,9 @@ def _echo(line: str, log: list[str], quiet: bool) -> None:
         print(line, flush=True)
 
 
-def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
-                   start: float) -> Outcome:
+def wait_for_ranks(
+    agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool, start: float
+) -> Outcome:
     """Stream the ranks' output until every rank is done, one failed, or the deadline passed.
 
     A job is complete when every rank wrote ``.done`` and printed its END_MARK (so all its output
@@ -70,8 +79,16 @@ def wait_for_ranks(agent: Agent, run_dir: str, world_size: int, timeout_s: float
     return out
 
 
-def _wait(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: bool,
-          start: float, out: Outcome, status: StatusLine) -> None:
+def _wait(
+    agent: Agent,
+    run_dir: str,
+    world_size: int,
+    timeout_s: float,
+    quiet: bool,
+    start: float,
+    out: Outcome,
+    status: StatusLine,
+) -> None:
     first_error_at = all_done_at = None
     ended: set[int] = set()
     next_progress = start + 10.0
@@ -81,7 +98,7 @@ def _wait(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: 
         except queue.Empty:
             line = ""
         if line and END_MARK in line:
-            ended.add(int(line[len("[rank "):line.index("]")]))
+            ended.add(int(line[len("[rank ") : line.index("]")]))
         elif line:
             _echo(line, out.log, quiet)
         now = time.perf_counter()
@@ -106,8 +123,11 @@ def _wait(agent: Agent, run_dir: str, world_size: int, timeout_s: float, quiet: 
         status.tick(now - start, len(done))
         if not quiet and not status.enabled and now > next_progress:
             waiting = [r for r in range(world_size) if f"rank{r}.ok" not in done]
-            print(f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
-                  f"waiting for {fmt_ranks(waiting)}", flush=True)
+            print(
+                f"[lab_utils] {now - start:.0f} s: {len(done)}/{world_size} ranks done; "
+                f"waiting for {fmt_ranks(waiting)}",
+                flush=True,
+            )
             next_progress = now + 10.0
     out.failed = first_error_at is not None
     out.closed = line is None
@@ -131,8 +151,18 @@ def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> Ru
     for rank, record in err.items():
         record["_seen"] = os.path.getmtime(os.path.join(run_dir, f"rank{rank}.err"))
     if len(ok) < world_size:  # errors after a delivered result (clean-up) do not fail the run
-        exc = failure(ok, err, world_size, out.log, out.deadline_hit, timeout_s, stacks, out.dead,
-                      read_notes(run_dir, world_size, "peer"), read_fatal(run_dir, world_size))
+        exc = failure(
+            ok,
+            err,
+            world_size,
+            out.log,
+            out.deadline_hit,
+            timeout_s,
+            stacks,
+            out.dead,
+            read_notes(run_dir, world_size, "peer"),
+            read_fatal(run_dir, world_size),
+        )
         exc.elapsed_s = out.elapsed_s  # from the start of the ranks' work to the failure
         raise exc
     results = RunResults(ok[r] for r in range(world_size))
@@ -142,4 +172,3 @@ def collect(run_dir: str, world_size: int, out: Outcome, timeout_s: float) -> Ru
     results.clean_exit = out.exited == world_size
     results.log = out.log
     return results
-

@@ -14,6 +14,7 @@ of the tree (launcher -> agent), not the ranks the agent forked. The pipe covers
 Caveat: a process the launcher FORKS (without exec) inherits the write end too, and keeps the
 ranks alive until it exits (e.g. DataLoader workers forked by a notebook).
 """
+
 from __future__ import annotations
 
 import os

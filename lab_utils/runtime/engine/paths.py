@@ -2,6 +2,7 @@
 programs, run folders (``$TMPDIR/lab_utils_run_*``, stamped with their owner's pid and start time,
 removed by a later launch once the owner is gone), /proc fields and the usable cores.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,4 +64,3 @@ def clean_stale_run_dirs() -> None:
             alive = time.time() - os.path.getmtime(path) < 3600
         if not alive:
             shutil.rmtree(path, ignore_errors=True)
-

@@ -9,6 +9,7 @@ Asynchronous ``isend``/``irecv`` are not noted: their wait can come much later, 
 
 Cost: one ``pwrite`` of 96 bytes before and after each blocking call (a few microseconds).
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,4 +61,3 @@ def _noted(fn: Callable, name: str, key: str) -> Callable:
 
     wrapper._lab_peer_note = True  # type: ignore[attr-defined]
     return wrapper
-

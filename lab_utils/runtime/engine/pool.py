@@ -24,6 +24,7 @@ launchers and talk through a controller process; the course needs torchrun-start
 after the start line, our failure semantics (the rank that caused a failure, with its original
 traceback; stacks on a hang) and the lifeline that kills every rank with its launcher.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -65,8 +66,14 @@ class PoolStartError(RuntimeError):
 class RankPool:
     """N warm ranks serving jobs; see the module docstring."""
 
-    def __init__(self, world_size: int, backend: str, preload: tuple[str, ...] = (),
-                 wait: bool = True, pg_timeout_s: float | None = None):
+    def __init__(
+        self,
+        world_size: int,
+        backend: str,
+        preload: tuple[str, ...] = (),
+        wait: bool = True,
+        pg_timeout_s: float | None = None,
+    ):
         self.world_size, self.backend = world_size, backend
         self.preload = tuple(dict.fromkeys(POOL_PRELOAD + tuple(preload)))
         self.key = (world_size, backend, _env_key())
@@ -81,9 +88,13 @@ class RankPool:
         authkey = os.urandom(16)
         socket_path = os.path.join(self.run_dir, "pool.sock")
         self._listener: Listener | None = Listener(socket_path, family="AF_UNIX", authkey=authkey)
-        self.agent = start_agent(world_size, [self.run_dir, "--pool", socket_path],
-                                 max(1, cpu_cores() // world_size), self.preload,
-                                 dict(env, LAB_UTILS_POOL_KEY=authkey.hex()))
+        self.agent = start_agent(
+            world_size,
+            [self.run_dir, "--pool", socket_path],
+            max(1, cpu_cores() // world_size),
+            self.preload,
+            dict(env, LAB_UTILS_POOL_KEY=authkey.hex()),
+        )
         if wait:
             self.wait_ready()
 
@@ -115,16 +126,24 @@ class RankPool:
         thread.start()
         log: list[str] = []
         deadline = time.perf_counter() + START_TIMEOUT_S
-        while len(conns) < self.world_size and time.perf_counter() < deadline and self.agent.running():
+        while (
+            len(conns) < self.world_size and time.perf_counter() < deadline and self.agent.running()
+        ):
             thread.join(0.05)
             drain(self.agent, log, quiet=True)
         listener.close()
         if len(conns) < self.world_size:
             drain(self.agent, log, quiet=True)
-            raise PoolStartError(f"{len(conns)} of {self.world_size} ranks came up "
-                                 + ("before the agent exited" if not self.agent.running()
-                                    else f"within {START_TIMEOUT_S:g} s")
-                                 + ". Their output:\n" + "\n".join(log[-30:]))
+            raise PoolStartError(
+                f"{len(conns)} of {self.world_size} ranks came up "
+                + (
+                    "before the agent exited"
+                    if not self.agent.running()
+                    else f"within {START_TIMEOUT_S:g} s"
+                )
+                + ". Their output:\n"
+                + "\n".join(log[-30:])
+            )
         return [conns[r] for r in range(self.world_size)]
 
     def healthy(self) -> bool:
@@ -132,10 +151,15 @@ class RankPool:
 
     def fits(self, world_size: int, backend: str, preload: tuple[str, ...]) -> bool:
         """Healthy, with this size, backend, distributed environment and (at least) this preload."""
-        return (self.key == (world_size, backend, _env_key()) and self.healthy()
-                and set(preload) <= set(self.preload))
+        return (
+            self.key == (world_size, backend, _env_key())
+            and self.healthy()
+            and set(preload) <= set(self.preload)
+        )
 
-    def submit(self, kind: str, body: Any, options: dict, timeout_s: float, quiet: bool) -> RunResults:
+    def submit(
+        self, kind: str, body: Any, options: dict, timeout_s: float, quiet: bool
+    ) -> RunResults:
         """Run one job on every rank; results, or the failure (the pool is then shut down)."""
         self.wait_ready()  # a pool started with wait=False finishes starting here
         self.jobs += 1
@@ -163,7 +187,9 @@ class RankPool:
         drain(self.agent, out.log, quiet)
         try:
             results = collect(job_dir, self.world_size, out, timeout_s)
-            reasons = {_read(os.path.join(job_dir, f"rank{r}.done")) for r in range(self.world_size)}
+            reasons = {
+                _read(os.path.join(job_dir, f"rank{r}.done")) for r in range(self.world_size)
+            }
         finally:
             if broken:
                 self.dirty = "a rank failed, hung or did not finish cleaning up"
@@ -175,8 +201,11 @@ class RankPool:
         if any(reasons):
             self.dirty = "; ".join(sorted(r for r in reasons if r))
             if not quiet and not self.one_job:
-                print(f"[lab_utils] the ranks are not reused after this run ({self.dirty}); "
-                      "the next run starts fresh ones", flush=True)
+                print(
+                    f"[lab_utils] the ranks are not reused after this run ({self.dirty}); "
+                    "the next run starts fresh ones",
+                    flush=True,
+                )
         results.pooled = not self.one_job
         return results
 
@@ -210,8 +239,10 @@ class RankPool:
             found = self.submit("pull", name, _options(self.world_size, timeout_s), timeout_s, True)
         missing = [r for r, (defined, _) in enumerate(found) if not defined]
         if missing:
-            raise NameError(f"name {name!r} is not defined on rank(s) {missing} "
-                            "(define it in a %%ranks cell first)")
+            raise NameError(
+                f"name {name!r} is not defined on rank(s) {missing} "
+                "(define it in a %%ranks cell first)"
+            )
         return [value for _, value in found]
 
     def shutdown(self) -> None:
@@ -238,8 +269,15 @@ def _options(world_size: int, timeout_s: float) -> dict:
     return {"threads": max(1, cpu_cores() // world_size), "pg_timeout_s": 0.75 * timeout_s}
 
 
-def run_cold(world_size: int, backend: str, preload: tuple[str, ...], payload: bytes,
-             options: dict, timeout_s: float, quiet: bool) -> RunResults:
+def run_cold(
+    world_size: int,
+    backend: str,
+    preload: tuple[str, ...],
+    payload: bytes,
+    options: dict,
+    timeout_s: float,
+    quiet: bool,
+) -> RunResults:
     """A cold run: a pool that serves this one job and ends, so a run has one protocol and one set
     of failure semantics, pooled or not. Its process group is made with the run's timeout (gloo's
     send/recv keep the creation timeout), and its ranks leave as a torchrun job's do."""
@@ -254,34 +292,52 @@ def run_cold(world_size: int, backend: str, preload: tuple[str, ...], payload: b
     return results
 
 
-def submit_call(world_size: int, backend: str, preload: tuple[str, ...], payload: bytes,
-                options: dict, timeout_s: float, quiet: bool) -> RunResults | None:
+def submit_call(
+    world_size: int,
+    backend: str,
+    preload: tuple[str, ...],
+    payload: bytes,
+    options: dict,
+    timeout_s: float,
+    quiet: bool,
+) -> RunResults | None:
     """``run()`` on the warm pool; None if another thread is using it (then run cold)."""
     if not _POOL_LOCK.acquire(blocking=False):
         return None
     try:
-        return pool_for(world_size, backend, preload).submit("call", payload, options, timeout_s, quiet)
+        return pool_for(world_size, backend, preload).submit(
+            "call", payload, options, timeout_s, quiet
+        )
     finally:
         _POOL_LOCK.release()
 
 
-def pool_for(world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True) -> RankPool:
+def pool_for(
+    world_size: int, backend: str, preload: tuple[str, ...] = (), wait: bool = True
+) -> RankPool:
     """The process's pool for this world size and backend, (re)started if needed; with
     wait=False a new pool starts in the background and its first job waits for it."""
     global _POOL
     pool = _POOL
     if pool is not None and not pool.fits(world_size, backend, preload):
-        preload = tuple(dict.fromkeys(pool.preload + tuple(preload))) if pool.key[:2] == (world_size, backend) else preload
+        preload = (
+            tuple(dict.fromkeys(pool.preload + tuple(preload)))
+            if pool.key[:2] == (world_size, backend)
+            else preload
+        )
         pool.shutdown()
         pool = None
     if pool is None:
-        pool = _POOL = _take_spare(world_size, backend, preload) or RankPool(world_size, backend, preload, wait)
+        pool = _POOL = _take_spare(world_size, backend, preload) or RankPool(
+            world_size, backend, preload, wait
+        )
     return pool
 
 
 def _spare_wanted() -> bool:
     """A spare after a failure: in a Jupyter kernel, unless LAB_UTILS_SPARE says otherwise. Each
-    one costs an agent start (a few CPU-seconds) that a script or a test suite would mostly waste."""
+    one costs an agent start (a few CPU-seconds) that a script or a test suite would mostly
+    waste."""
     setting = os.environ.get("LAB_UTILS_SPARE", "")
     if setting in ("0", "1"):
         return setting == "1"

@@ -5,6 +5,7 @@ forked from the zygote where it can: ``zygote.py``) with the ranks forked from i
 group of its own so one ``killpg`` ends everything, holding the read end of the caller's
 lifeline (``lifeline.py``).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -33,13 +34,24 @@ def torchrun_command(world_size: int, worker_args: list[str]) -> list[str]:
     the rank waits on that lock forever (seen here about once in 20 launches).
     """
     return [
-        *AGENT, "--nnodes", "1", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "127.0.0.1:0",  # port 0: a free port, so two runs never collide
-        "--rdzv-id", uuid.uuid4().hex,
-        "--nproc-per-node", str(world_size),
-        "--monitor-interval", "0.1",
-        "--run-path", "--start-method", "fork",  # ranks fork from the agent: torch already imported
-        WORKER_PATH, *worker_args,
+        *AGENT,
+        "--nnodes",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",  # port 0: a free port, so two runs never collide
+        "--rdzv-id",
+        uuid.uuid4().hex,
+        "--nproc-per-node",
+        str(world_size),
+        "--monitor-interval",
+        "0.1",
+        "--run-path",
+        "--start-method",
+        "fork",  # ranks fork from the agent: torch already imported
+        WORKER_PATH,
+        *worker_args,
     ]
 
 
@@ -82,25 +94,43 @@ def _reader(stream, lines: "queue.Queue[str | None]") -> None:
     lines.put(None)
 
 
-def start_agent(world_size: int, worker_args: list[str], threads: int, preload: tuple[str, ...],
-                extra_env: dict[str, str] | None = None) -> Agent:
+def start_agent(
+    world_size: int,
+    worker_args: list[str],
+    threads: int,
+    preload: tuple[str, ...],
+    extra_env: dict[str, str] | None = None,
+) -> Agent:
     """Start torchrun (through lab_utils.runtime.engine.agent) with the ranks' environment."""
     # The ranks import what the caller can import: a function defined in a test module or a
     # script travels by reference, so its module must be importable on the ranks too.
     python_path = os.pathsep.join(dict.fromkeys([PACKAGE_ROOT, *(p for p in sys.path if p)]))
     read_fd, write_fd = lifeline.create()
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), LAB_UTILS_ROOT=PACKAGE_ROOT,
-               PYTHONPATH=python_path, PYTHONUNBUFFERED="1", LAB_UTILS_PRELOAD=",".join(preload),
-               # gloo picks its network interface by resolving the host name unless told;
-               # name it, so forked ranks never enter the resolver (see torchrun_command)
-               GLOO_SOCKET_IFNAME="lo", **{lifeline.ENV_FD: str(read_fd)}, **(extra_env or {}))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        LAB_UTILS_ROOT=PACKAGE_ROOT,
+        PYTHONPATH=python_path,
+        PYTHONUNBUFFERED="1",
+        LAB_UTILS_PRELOAD=",".join(preload),
+        # gloo picks its network interface by resolving the host name unless told;
+        # name it, so forked ranks never enter the resolver (see torchrun_command)
+        GLOO_SOCKET_IFNAME="lo",
+        **{lifeline.ENV_FD: str(read_fd)},
+        **(extra_env or {}),
+    )
     command = torchrun_command(world_size, worker_args)
     try:
         # forked from the zygote (torch already imported) where it can, else a new Python
-        proc = zygote.fork_agent(command[len(AGENT):], env, read_fd) or subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, pass_fds=(read_fd,),
-            start_new_session=True)  # own process group: one killpg ends all
+        proc = zygote.fork_agent(command[len(AGENT) :], env, read_fd) or subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(read_fd,),
+            start_new_session=True,
+        )  # own process group: one killpg ends all
     finally:
         os.close(read_fd)  # the children hold it; the write end stays here alone
     lines: queue.Queue[str | None] = queue.Queue()

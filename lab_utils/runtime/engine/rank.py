@@ -2,6 +2,7 @@
 in the run's folder (``.ok`` result, ``.err`` traceback, ``.term`` stopped, ``.stack``,
 ``forked<k>``), the start line, and a clean or immediate exit. ``worker.py`` is the entry point.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -117,9 +118,17 @@ def report_result(folder: str, rank: int, value: Any) -> bool:
         write_record(folder, rank, "ok", value)
         return True
     except Exception as exc:  # e.g. a return value that cannot be pickled
-        write_record(folder, rank, "err", error_record(TypeError(
-            f"rank {rank} finished, but its return value could not be sent back: {exc}. "
-            "Return plain Python values, numbers or CPU tensors.")))
+        write_record(
+            folder,
+            rank,
+            "err",
+            error_record(
+                TypeError(
+                    f"rank {rank} finished, but its return value could not be sent back: {exc}. "
+                    "Return plain Python values, numbers or CPU tensors."
+                )
+            ),
+        )
         return False
 
 

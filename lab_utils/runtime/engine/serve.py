@@ -12,6 +12,7 @@ because its peers may be stuck in a collective it will never join), join a barri
 job's side effects (``isolation.restore``), write ``rank<k>.done`` ("" or why the rank is
 dirty) and print END_MARK, the last line of the job's output.
 """
+
 from __future__ import annotations
 
 import gc
@@ -23,10 +24,15 @@ from typing import Any
 import cloudpickle
 import torch.distributed as dist
 
-from lab_utils.runtime.engine import isolation
 from lab_utils.runtime.context import distributed
-from lab_utils.runtime.engine.rank import (dump_stacks_to, error_record, exit_now, report_result,
-                                    write_record)
+from lab_utils.runtime.engine import isolation
+from lab_utils.runtime.engine.rank import (
+    dump_stacks_to,
+    error_record,
+    exit_now,
+    report_result,
+    write_record,
+)
 
 END_MARK = "\x1elab_utils:end"  # = jobs.END_MARK (not imported: jobs is the launcher's side)
 # The pool's process group is made once, with a long timeout: gloo's point-to-point ops keep
@@ -41,8 +47,9 @@ def serve(run_dir: str, socket_path: str, rank: int, marks: Any) -> int:
     backend = os.environ["LAB_UTILS_BACKEND"]
     with distributed(backend, float(os.environ.get("LAB_UTILS_PG_TIMEOUT", IDLE_TIMEOUT_S))) as ctx:
         gc.freeze()  # torch's objects: a per-job gc.collect() then scans only the job's
-        conn = Client(socket_path, family="AF_UNIX",
-                      authkey=bytes.fromhex(os.environ["LAB_UTILS_POOL_KEY"]))
+        conn = Client(
+            socket_path, family="AF_UNIX", authkey=bytes.fromhex(os.environ["LAB_UTILS_POOL_KEY"])
+        )
         conn.send((rank, os.getpid()))
         session: dict[str, Any] = {"ctx": ctx, "dist": dist, "torch": __import__("torch")}
         while True:
@@ -57,8 +64,9 @@ def serve(run_dir: str, socket_path: str, rank: int, marks: Any) -> int:
     return 0  # left distributed(): barrier, gc, destroy_process_group
 
 
-def run_job(ctx: Any, rank: int, kind: str, job_dir: str, body: Any, options: dict,
-            session: dict) -> None:
+def run_job(
+    ctx: Any, rank: int, kind: str, job_dir: str, body: Any, options: dict, session: dict
+) -> None:
     dump_stacks_to(job_dir, rank)
     if options.get("sys_path"):
         sys.path[:] = options["sys_path"]

@@ -10,6 +10,7 @@ Only in a notebook kernel a learner watches: not in a script or a test (their ou
 it was), not in quick mode (the test suite's nbval runs); ``LAB_UTILS_PROGRESS=1`` or ``0``
 overrides.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,10 @@ class StatusLine:
     def tick(self, elapsed_s: float, done: int) -> None:
         if not self.enabled or elapsed_s < AFTER_S:
             return
-        text = (f"[lab_utils] {self.world_size} ranks running: {elapsed_s:.0f} s, "
-                f"{done} of {self.world_size} done")
+        text = (
+            f"[lab_utils] {self.world_size} ranks running: {elapsed_s:.0f} s, "
+            f"{done} of {self.world_size} done"
+        )
         if text != self.text:
             self._show(text)
 
@@ -53,6 +56,7 @@ class StatusLine:
 
     def _show(self, text: str) -> None:
         from IPython.display import display
+
         self.text = text
         if self.handle is None:
             self.handle = display({"text/plain": text}, raw=True, display_id=True)

@@ -1,4 +1,5 @@
-"""A fork server for torchrun agents: torch is imported once per launcher, not once per launch (lab 00).
+"""A fork server for torchrun agents: torch is imported once per launcher, not once per launch (lab
+00).
 
 Every run that warm ranks do not serve (a cold run, a pool's start, the restart after a failure)
 starts torchrun's agent, and a new Python spends its first seconds importing torch (about 3 s of
@@ -8,7 +9,8 @@ process per launcher (a kernel, a script, a test worker) that has done those imp
 agent is forked from it: a copy-on-write copy, ready in milliseconds. The ranks are then forked
 from the agent, as before.
 
-The agent gets what ``python -m lab_utils.runtime.engine.agent ...`` started by ``subprocess`` would have:
+The agent gets what ``python -m lab_utils.runtime.engine.agent ...`` started by ``subprocess``
+would have:
 a session of its own (one killpg ends it and its ranks), stdout/stderr into the launcher's pipe,
 the launcher's environment, working directory and sys.path, the launcher's lifeline (it dies with
 the launcher, ``lifeline.py``), a fresh import of lab_utils, and its own command line in ``ps``
@@ -17,16 +19,20 @@ the launcher, ``lifeline.py``), a fresh import of lab_utils, and its own command
 The zygote's own code (its imports, the fork, becoming the agent) is ``zygote_server.py``.
 Falls back to a new Python per agent (the old way) when fork servers are off (LAB_UTILS_ZYGOTE=0),
 not available (no ``os.pidfd_open``: not Linux), or when the zygote cannot start or answer. A
-process forked from the launcher starts a zygote of its own. A variable that torch may read while it is imported (TORCH_*, OMP_*, ...)
+process forked from the launcher starts a zygote of its own. A variable that torch may read while
+it is imported (TORCH_*, OMP_*, ...)
 that changed since the zygote started replaces the zygote, so no agent inherits a stale one.
 
 A SHARED zygote serves every launcher that inherits ``LAB_UTILS_ZYGOTE_SOCKET`` (its socket's path)
 and was started with the same import-time variables: the test suite starts one (tests/conftest.py),
 so its workers, its notebook kernels and the scripts its tests start do torch's imports once in all,
-not once each (46 zygotes of about 3.3 CPU-s each per suite run). It lives as long as the process that
-started it (``start_shared``). A launcher whose variables differ, or that cannot reach it, starts its own;
+not once each (46 zygotes of about 3.3 CPU-s each per suite run). It lives as long as the process
+that
+started it (``start_shared``). A launcher whose variables differ, or that cannot reach it, starts
+its own;
 one that already has its own keeps it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -45,13 +51,33 @@ from lab_utils.runtime.engine.paths import PACKAGE_ROOT, make_run_dir
 SWITCH = "LAB_UTILS_ZYGOTE"
 SHARED = "LAB_UTILS_ZYGOTE_SOCKET"  # the path of a shared zygote's socket (start_shared)
 IMPORTS = ("torch", "torch.distributed.run", "torch._dynamo")  # _dynamo: the pool's preload
-# Read while torch is imported, so part of a zygote's identity; the launcher sets the rest per launch.
-_IMPORT_TIME = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "GOMP", "CUDA", "NCCL", "GLOO", "LD_", "PYTHON")
+# Read while torch is imported, so part of a zygote's identity; the launcher sets the rest per
+# launch.
+_IMPORT_TIME = (
+    "TORCH",
+    "PYTORCH",
+    "OMP_",
+    "MKL",
+    "KMP_",
+    "GOMP",
+    "CUDA",
+    "NCCL",
+    "GLOO",
+    "LD_",
+    "PYTHON",
+)
 # GLOO_SOCKET_IFNAME: read when a rank creates its process group. TORCHINDUCTOR_CACHE_DIR: read when
-# inductor compiles, and written into os.environ by torch itself on first use (cache_dir_utils.cache_dir),
+# inductor compiles, and written into os.environ by torch itself on first use
+# (cache_dir_utils.cache_dir),
 # which started 8 extra zygotes per suite run.
-_PER_LAUNCH = {"OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTORCH_NVML_BASED_CUDA_CHECK",
-               "GLOO_SOCKET_IFNAME", "TORCHINDUCTOR_CACHE_DIR"}
+_PER_LAUNCH = {
+    "OMP_NUM_THREADS",
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+    "GLOO_SOCKET_IFNAME",
+    "TORCHINDUCTOR_CACHE_DIR",
+}
 _ARGV_ROOM = 8192  # blank start-up argument: the room an agent's command line is written into
 REPLY_TIMEOUT_S = 180.0  # the zygote's imports on a loaded laptop, with margin
 _ZYGOTE: "Zygote | None" = None
@@ -61,13 +87,25 @@ _UNREACHABLE = (OSError, EOFError, pickle.PickleError)  # a zygote that cannot s
 
 
 def enabled() -> bool:
-    return (os.environ.get(SWITCH, "1") != "0" and not _FAILED and hasattr(os, "pidfd_open")
-            and hasattr(socket, "send_fds"))
+    return (
+        os.environ.get(SWITCH, "1") != "0"
+        and not _FAILED
+        and hasattr(os, "pidfd_open")
+        and hasattr(socket, "send_fds")
+    )
 
 
 def identity(env: dict[str, str]) -> tuple:
-    return (sys.executable, tuple(sorted((k, v) for k, v in env.items()
-                                         if k.startswith(_IMPORT_TIME) and k not in _PER_LAUNCH)))
+    return (
+        sys.executable,
+        tuple(
+            sorted(
+                (k, v)
+                for k, v in env.items()
+                if k.startswith(_IMPORT_TIME) and k not in _PER_LAUNCH
+            )
+        ),
+    )
 
 
 class ForkedAgent:
@@ -102,8 +140,11 @@ class Zygote:
         if shared is None:
             self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                self.proc = subprocess.Popen(_server_command(str(theirs.fileno())), env=_start_env(env),
-                                             **_server_options((theirs.fileno(),)))
+                self.proc = subprocess.Popen(
+                    _server_command(str(theirs.fileno())),
+                    env=_start_env(env),
+                    **_server_options((theirs.fileno(),)),
+                )
             finally:
                 theirs.close()
         else:
@@ -112,15 +153,19 @@ class Zygote:
         try:
             if shared is not None:
                 self.sock.connect(shared)
-            reply = self.sock.recv(1 << 16)  # "ready" once its imports are done, then (pid, identity)
+            reply = self.sock.recv(
+                1 << 16
+            )  # "ready" once its imports are done, then (pid, identity)
         except BaseException:
             self.stop()
             raise
         if not reply.startswith(b"ready"):
             self.stop()
-            raise OSError("the zygote did not start: " + (reply.decode(errors="replace")[-2000:]
-                                                           or "it exited before it was ready"))
-        self.pid, theirs = pickle.loads(reply[len(b"ready"):])
+            raise OSError(
+                "the zygote did not start: "
+                + (reply.decode(errors="replace")[-2000:] or "it exited before it was ready")
+            )
+        self.pid, theirs = pickle.loads(reply[len(b"ready") :])
         if theirs != self.identity:
             self.stop()
             raise OSError("the shared zygote was started with other import-time variables")
@@ -145,7 +190,8 @@ class Zygote:
     def stop(self, wait_s: float = 0.0) -> None:
         """Let go of the zygote: it exits at once at end-of-file (its agents live on until killed).
         Waiting for it reaps it, so its CPU time and its agents' count in this process's
-        RUSAGE_CHILDREN, as a new Python's would (``time make test``, benchmarks/cpu_per_test.py)."""
+        RUSAGE_CHILDREN, as a new Python's would (``time make test``,
+        benchmarks/cpu_per_test.py)."""
         self.closed = True
         self.sock.close()
         if self.proc is None:  # a shared zygote: it serves others on
@@ -168,15 +214,23 @@ def _server_command(*fds: str) -> list[str]:
 
 
 def _server_options(fds: tuple[int, ...]) -> dict:
-    return dict(cwd=PACKAGE_ROOT, pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)
+    return dict(
+        cwd=PACKAGE_ROOT,
+        pass_fds=fds,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def start_shared() -> tuple[subprocess.Popen, str]:
-    """Start a shared zygote for the launchers this process starts; returns it and its socket's path,
+    """Start a shared zygote for the launchers this process starts; returns it and its socket's
+    path,
     which the caller puts in ``LAB_UTILS_ZYGOTE_SOCKET``. Its imports run while the caller goes on
     (a launcher that connects meanwhile waits for them). It exits when this process does, however
-    that happens: it holds the read end of this process's lifeline (lifeline.py), never written to."""
+    that happens: it holds the read end of this process's lifeline (lifeline.py), never written
+    to."""
     folder = make_run_dir()  # stamped with this process: removed by a later launch if it is killed
     path = os.path.join(folder, "zygote.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -184,8 +238,11 @@ def start_shared() -> tuple[subprocess.Popen, str]:
     listener.listen(64)
     read_fd, write_fd = lifeline.create()  # the write end stays open here until this process ends
     try:
-        proc = subprocess.Popen(_server_command(str(listener.fileno()), str(read_fd)),
-                                env=_start_env(dict(os.environ)), **_server_options((listener.fileno(), read_fd)))
+        proc = subprocess.Popen(
+            _server_command(str(listener.fileno()), str(read_fd)),
+            env=_start_env(dict(os.environ)),
+            **_server_options((listener.fileno(), read_fd)),
+        )
     finally:
         listener.close()
         os.close(read_fd)
@@ -212,9 +269,12 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
     with _LOCK:
         try:
             shared = os.environ.get(SHARED) or None
-            if _ZYGOTE is not None and (_ZYGOTE.owner != os.getpid() or _ZYGOTE.closed
-                                        or _ZYGOTE.identity != identity(env)
-                                        or _ZYGOTE.shared not in (None, shared)):
+            if _ZYGOTE is not None and (
+                _ZYGOTE.owner != os.getpid()
+                or _ZYGOTE.closed
+                or _ZYGOTE.identity != identity(env)
+                or _ZYGOTE.shared not in (None, shared)
+            ):
                 if _ZYGOTE.owner == os.getpid():
                     _ZYGOTE.stop()
                 _ZYGOTE = None
@@ -227,8 +287,12 @@ def fork_agent(argv: list[str], env: dict[str, str], lifeline_fd: int) -> Forked
                 _ZYGOTE = Zygote(env)
             return _ZYGOTE.fork_agent(argv, env, lifeline_fd)
         except _UNREACHABLE as exc:
-            print(f"[lab_utils] note: starting agents without the zygote ({type(exc).__name__}: {exc})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[lab_utils] note: starting agents without the zygote ({type(exc).__name__}: "
+                f"{exc})",
+                file=sys.stderr,
+                flush=True,
+            )
             if _ZYGOTE is not None and _ZYGOTE.owner == os.getpid():
                 _ZYGOTE.stop()
             _ZYGOTE, _FAILED = None, True

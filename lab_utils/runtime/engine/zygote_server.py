@@ -6,6 +6,7 @@ One fd: a launcher's own zygote, serving that launcher alone over a socket pair 
 Two: a shared zygote (``zygote.start_shared``), accepting launchers on a listening socket until the
 process that started it is gone. Each forked child becomes the agent (``become_agent``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -82,7 +83,8 @@ def _greet(listener: socket.socket, hello: bytes) -> list[socket.socket]:
 
 def _import(sock: socket.socket | None) -> bytes | None:
     """The imports every agent shares. Returns the hello each launcher reads first (also sent on
-    ``sock``): "ready", this zygote's pid and the import-time variables it started with (taken before
+    ``sock``): "ready", this zygote's pid and the import-time variables it started with (taken
+    before
     the imports, which may set some); None if an import failed."""
     hello = b"ready" + pickle.dumps((os.getpid(), identity(dict(os.environ))))
     try:
@@ -92,14 +94,18 @@ def _import(sock: socket.socket | None) -> bytes | None:
         if sock is not None:
             sock.send(f"importing {name} failed: {type(exc).__name__}: {exc}".encode())
         return None
-    gc.freeze()  # the imports' objects: a forked agent's garbage collector skips them (fewer copied pages)
+    # the imports' objects: a forked agent's garbage collector skips them (fewer copied pages)
+    gc.freeze()
     if sock is not None:
         sock.send(hello)
     return hello
 
 
-def _answer(sock: socket.socket, close_in_child: list[socket.socket], *fds_in_child: int) -> dict | None:
-    """Fork an agent for the request waiting on ``sock``: its request in the child, {} in the zygote,
+def _answer(
+    sock: socket.socket, close_in_child: list[socket.socket], *fds_in_child: int
+) -> dict | None:
+    """Fork an agent for the request waiting on ``sock``: its request in the child, {} in the
+    zygote,
     None if the launcher closed its end. The child closes the zygote's own sockets and fds."""
     msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
     if not msg:
@@ -156,7 +162,7 @@ def _show_command_line(args: list[str]) -> None:
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (proc(5), fields 48-49)
     except (OSError, ValueError, IndexError):
         return
-    text = "\0".join(args).encode()[:end - start - 1]
+    text = "\0".join(args).encode()[: end - start - 1]
     ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
 
 
@@ -175,7 +181,11 @@ def become_agent(request: dict, base_path: list[str]) -> None:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(request["cwd"])
-    sys.path[:] = [request["cwd"], *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *base_path]
+    sys.path[:] = [
+        request["cwd"],
+        *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)),
+        *base_path,
+    ]
     for name in [m for m in sys.modules if m == "lab_utils" or m.startswith("lab_utils.")]:
         del sys.modules[name]  # the agent and its ranks import the course code fresh, from disk
     importlib.invalidate_caches()
@@ -188,7 +198,9 @@ def become_agent(request: dict, base_path: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _start_path = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))) | {os.getcwd()}
+    _start_path = set(filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))) | {
+        os.getcwd()
+    }
     _base = [p for p in sys.path[1:] if p not in _start_path]
     _fds = [int(a) for a in sys.argv[1:-1]]  # one: a launcher's own zygote; two: a shared one
     _request = serve(*_fds) if len(_fds) == 1 else serve_shared(*_fds)
