@@ -118,6 +118,8 @@ def _expected(d: Drill) -> float:
         return est.days if k == "training_days" else est.cost / 1e6
     if k == "fp8_speedup":
         return 1 / ((1 - p["matmul_share"]) + p["matmul_share"] / 2)
+    if k == "loss_equality":  # the token-weighted mean, written out (not calc.logged_loss)
+        return sum(m * c for m, c in zip(p["means"], p["counts"])) / sum(p["counts"])
     raise AssertionError(f"no expectation for {k}")
 
 
