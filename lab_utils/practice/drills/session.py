@@ -3,6 +3,7 @@ learner answers once each (``DrillSession``, the state behind the drill widget).
 
 from __future__ import annotations
 
+import importlib
 import random
 import re
 from dataclasses import replace
@@ -56,10 +57,9 @@ def make_drills(
 
 
 def _load_generators() -> None:
-    if not GENERATORS:  # importing the generator modules registers them (memory first)
-        import lab_utils.practice.drills.correctness  # noqa: F401
-        import lab_utils.practice.drills.memory  # noqa: F401
-        import lab_utils.practice.drills.performance  # noqa: F401
+    if not GENERATORS:  # importing a generator module registers its drills: the deck's order
+        for name in ("memory", "performance", "correctness"):  # a loop, so no sorter reorders it
+            importlib.import_module(f"lab_utils.practice.drills.{name}")
 
 
 class DrillSession:
