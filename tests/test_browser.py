@@ -272,8 +272,8 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
         """async ([name, index]) => {
         const sleep = ms => new Promise(r => setTimeout(r, ms));
         let panel = window.jupyterapp.shell.currentWidget;
-        while (!panel || !panel.context || !panel.context.path.endsWith(name)) {  // this tab, not
-        the last one
+        // this tab, not the last one
+        while (!panel || !panel.context || !panel.context.path.endsWith(name)) {
             await sleep(100);
             panel = window.jupyterapp.shell.currentWidget;
         }
@@ -281,8 +281,8 @@ def open_and_run_cell(browser, base: str, token: str, notebook: Path, index: int
         await panel.sessionContext.ready;      // the kernel is up
         while (panel.content.widgets.length <= index) await sleep(100);
         panel.content.activeCellIndex = index;
-        if (panel.content.activeCellIndex !== index) throw new Error('could not select cell ' +
-        index);
+        if (panel.content.activeCellIndex !== index)
+            throw new Error('could not select cell ' + index);
         await window.jupyterapp.commands.execute('notebook:run-cell');
     }""",
         [notebook.name, index],

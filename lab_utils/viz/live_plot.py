@@ -92,14 +92,14 @@ class LivePlot(anywidget.AnyWidget):
                           return box && box.querySelector('.js-plotly-plot'); };
     function render({ model, el }) {
       let live = false, stopped = false, tries = 0, templateText = null, template;
-      const note = event => {  // the view's last events, seconds since page load (read by
-      tests/test_browser.py)
+      // the view's last events, seconds since page load (read by tests/test_browser.py)
+      const note = event => {
         const log = (el.dataset.labLiveLog || '').split(' ').filter(Boolean).slice(-11);
-        el.dataset.labLiveLog = [...log, `${event}@${(performance.now() /
-        1000).toFixed(1)}`].join(' ');
+        const stamp = (performance.now() / 1000).toFixed(1);
+        el.dataset.labLiveLog = [...log, `${event}@${stamp}`].join(' ');
       };
-      const report = value => {  // to Python, and on the element for a page to read
-      (tests/test_browser.py)
+      // to Python, and on the element for a page to read (tests/test_browser.py)
+      const report = value => {
         live = value; el.dataset.labLive = value ? 'live' : 'waiting';
         note(value ? 'live' : 'lost');
         model.set('live', value); model.save_changes();
@@ -109,14 +109,14 @@ class LivePlot(anywidget.AnyWidget):
         const gd = graph(el);
         const missing = !gd ? 'graph' : !gd._fullLayout ? 'drawn graph' : !window.Plotly ? 'Plotly'
                         : !model.get('figure') ? 'figure' : '';
-        el.dataset.labLiveMissing = missing;  // what a waiting view still lacks
-        (tests/test_browser.py)
+        // what a waiting view still lacks (tests/test_browser.py)
+        el.dataset.labLiveMissing = missing;
         if (missing === 'figure' && tries % 20 === 0) {  // see LivePlot._on_view_message
           note('no-figure'); model.send({ type: 'no-figure' });
         }
         if (missing) return false;
-        try {  // timed for the browser test's latency breakdown (data-lab-live-cost: parse, react
-        ms)
+        // timed for the browser test's latency breakdown (data-lab-live-cost: parse, react ms)
+        try {
           const t0 = performance.now(), fig = JSON.parse(model.get('figure'));
           if (model.get('template') !== templateText) {
             templateText = model.get('template');
@@ -132,8 +132,8 @@ class LivePlot(anywidget.AnyWidget):
           return false;
         }
       };
-      const watch = () => {  // until the Output's renderer has drawn the graph (a slow page: once
-      a second)
+      // until the Output's renderer has drawn the graph (a slow page: once a second)
+      const watch = () => {
         if (stopped) return;
         if (draw()) { report(true); return; }
         setTimeout(watch, ++tries < 300 ? 100 : 1000);
