@@ -186,7 +186,7 @@ def grad_norm_figure(stacks: list[GradNorms]):
     """Lab 01's figure: the error norm arriving at every layer of each stack, log scale."""
     import plotly.graph_objects as go
 
-    from lab_utils.viz.axis_check import checked
+    from lab_utils.viz.style import titled
 
     lines = [
         go.Scatter(
@@ -194,16 +194,9 @@ def grad_norm_figure(stacks: list[GradNorms]):
         )
         for g in stacks
     ]
-    fig = go.Figure(lines)
-    fig.update_layout(
-        title="Norm of the error dL/dh_i arriving at each layer (measured, one backward pass)",
-        xaxis_title="layer i (1 = next to the input)",
-        yaxis_title="||dL/dh_i||",
-        yaxis_type="log",
-        width=700,
-        height=360,
-    )
-    return checked(fig)
+    title = "Norm of the error dL/dh_i arriving at each layer (measured, one backward pass)"
+    x_title = "layer i (1 = next to the input)"
+    return titled(go.Figure(lines), title, x_title, "||dL/dh_i||", 700, 360, yaxis_type="log")
 
 
 def ledger_rows(measured: dict[str, dict[str, int]], n_params: int) -> list[dict]:
