@@ -40,6 +40,12 @@ def test_default_timeouts_match_torch():
         assert found["nccl"] == timedelta(minutes=10).total_seconds()
 
 
+def test_timeout_rows_are_the_defaults_in_minutes():
+    rows = lab00.timeout_rows({"gloo": 1800.0, "nccl": 600.0})
+    assert [r["default timeout (min)"] for r in rows] == [30.0, 10.0]
+    assert lab00.timeout_rows({"gloo": 1800.0, "nccl": None})[1]["default timeout (min)"] is None
+
+
 def test_simulated_nodes_never_share_a_gpu(monkeypatch):
     """Nodes simulated on one machine share its GPUs: each gets GPUs of its own when there are
     enough for every rank, else none (gloo), never cuda:0 twice (NCCL: "Duplicate GPU detected")."""

@@ -13,10 +13,10 @@ main one's names (``lab04.train_step``), so a notebook imports ``labNN`` either 
     lab00.py       small workers for lab 00, the doctor and the CLI examples; the hello script
     lab01.py       what one training step holds in memory, measured on CPU
     lab02/         precision (formats, loss scaling, autocast), fp8 (EMULATED), memory
-                   (checkpointing, large-batch SGD)
+                   (checkpointing, large-batch SGD), views (the lab's figures and table rows)
     lab03/         collectives (every collective's before / after, the ring's bytes per phase,
                    timings), twin (the same timings on the emulated cluster: alpha-beta, busbw,
-                   flat vs hierarchical)
+                   flat vs hierarchical), views (the lab's figures and table rows)
     lab04/         ddp (sections 1-4 of data parallelism), details (5-8: buffers, SyncBatchNorm,
                    no_sync, sampler, communication hooks, asynchronous SGD), local_sgd (8b: local
                    SGD and DiLoCo against every-step all-reduce)

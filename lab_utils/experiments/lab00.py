@@ -184,6 +184,24 @@ def default_timeouts() -> dict[str, float | None]:
     return {"gloo": constants.default_pg_timeout.total_seconds(), "nccl": nccl_s}
 
 
+def timeout_rows(defaults: dict[str, float | None]) -> list[dict]:
+    """Lab 00's table of init_process_group's default timeouts (``default_timeouts()``), minutes."""
+    nccl = defaults["nccl"]
+    return [
+        {
+            "backend": "gloo (and other non-NCCL)",
+            "default timeout (min)": defaults["gloo"] / 60,
+            "where in torch": "constants.default_pg_timeout",
+        },
+        {
+            "backend": "nccl",
+            "default timeout (min)": nccl and nccl / 60,
+            "where in torch": "constants.default_pg_nccl_timeout"
+            " (CPU builds: ProcessGroupNCCL.hpp)",
+        },
+    ]
+
+
 def _nccl_timeout_from_header() -> float | None:
     header = (
         Path(torch.__file__).parent

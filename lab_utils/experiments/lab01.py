@@ -6,6 +6,8 @@
     attention_saved_bytes(t, sdpa)   one attention call: materialised T x T scores vs SDPA
     step_memory(cfg, steps)          memory at every event of training steps (measure.step_memory)
     grad_norms(kind, depth)          gradient norm of every layer of a deep stack (vanishing)
+    grad_norm_figure(stacks)         the error norm at every layer of each stack (figure)
+    ledger_rows(measured, n)         measured vs calculator model state, one row each (table)
 
 Recipes (``RECIPE_NAMES``; the calculator books them in ``calc.RECIPES`` under the same names):
 fp32_adam, mixed_adam (bf16 weights, fp32 master + AdamW), amp_adam (torch.autocast: fp32
@@ -178,3 +180,34 @@ def grad_norms(kind: str, depth: int = 24, width: int = 64, seed: int = 0) -> Gr
     (h * torch.randn(h.shape, generator=g)).sum().backward()
     errors = [x.grad.norm().item() for x in inputs[1:]] + [h.grad.norm().item()]
     return GradNorms(kind, tuple(errors), tuple(lin.weight.grad.norm().item() for lin in layers))
+
+
+def grad_norm_figure(stacks: list[GradNorms]):
+    """Lab 01's figure: the error norm arriving at every layer of each stack, log scale."""
+    import plotly.graph_objects as go
+
+    from lab_utils.viz.style import titled
+
+    lines = [
+        go.Scatter(
+            x=list(range(1, len(g.errors) + 1)), y=g.errors, mode="lines+markers", name=g.kind
+        )
+        for g in stacks
+    ]
+    title = "Norm of the error dL/dh_i arriving at each layer (measured, one backward pass)"
+    x_title = "layer i (1 = next to the input)"
+    return titled(go.Figure(lines), title, x_title, "||dL/dh_i||", 700, 360, yaxis_type="log")
+
+
+def ledger_rows(measured: dict[str, dict[str, int]], n_params: int) -> list[dict]:
+    """Lab 01's model-state table: per recipe, a measured row then the calculator's row (bytes)."""
+    from lab_utils.calc import model_state_memory
+
+    rows = []
+    for recipe, got in measured.items():
+        booked = model_state_memory(n_params, recipe).as_dict()
+        for source, buckets in (("measured", got), ("calculator", booked)):
+            row = {b: int(buckets[b]) for b in BUCKETS}
+            rows.append({"recipe": recipe, "source": source, **row})
+            rows[-1]["B/param"] = sum(row.values()) / n_params
+    return rows

@@ -9,3 +9,14 @@ axis titles. Beside the plot (plotly reserves the margin it needs) it covers nei
 
 FIGURE_WIDTH = 840
 LEGEND_BESIDE = dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top")
+
+
+def titled(fig, title: str, x_title: str, y_title: str, width: int, height: int, **layout):
+    """A figure's title, axis titles and size in one call, then checked (``axis_check``): what
+    the labs' figure builders (experiments' views) set on every figure."""
+    from lab_utils.viz.axis_check import checked
+
+    fig.update_layout(
+        title=title, xaxis_title=x_title, yaxis_title=y_title, width=width, height=height, **layout
+    )
+    return checked(fig)

@@ -4,9 +4,11 @@
                   the AMP step, what autocast runs in which dtype
     fp8.py        FP8, EMULATED: casts, per-tensor (delayed) scaling, an FP8-rounded matmul
     memory.py     activation checkpointing (full, in segments, selective), large-batch SGD
+    views.py      the lab's figures and table rows (plumbing the notebook does not show)
 
 The names of precision.py are importable from here (``lab02.train``); fp8.py and memory.py are
-modules of their own (``from lab_utils.experiments.lab02 import fp8, memory``).
+modules of their own (``from lab_utils.experiments.lab02 import fp8, memory``), and so is
+views.py.
 """
 
 from lab_utils.experiments.lab02.precision import (

@@ -7,6 +7,7 @@ scales out. That reproduces FP8's NUMBERS, not its speed (which the calculator g
 published peaks). Micikevicius et al. 2022, "FP8 Formats for Deep Learning".
 
     cast_report(t, fmt, scale)        what a cast does to a tensor: saturated / inf / flushed
+    cast_rows(grads)                  cast_report over formats, scalings and magnitudes (table)
     DelayedScaler(fmt, history)       scale from the amax of PREVIOUS steps (Transformer Engine)
     emulated_matmul(a, b, ...)        FP8-rounded matmul, fp32 accumulate, scales divided out
     model_grads(seed)                 real gradients of a TinyGPT step, the tensors to cast
@@ -84,6 +85,29 @@ class DelayedScaler:
 def current(t: torch.Tensor, fmt: str, margin: int = 0) -> float:
     """Per-tensor CURRENT scaling: from this tensor's own amax."""
     return current_scale(t.abs().max().item(), float_format(fmt).max, margin)
+
+
+def cast_rows(grads: torch.Tensor) -> list[dict]:
+    """Lab 02's cast table: the tensor as is and x 1e6, to e4m3 and e5m2, unscaled and with the
+    current (per-tensor amax) scale: what each cast saturated, turned inf/NaN, flushed to 0."""
+    rows = []
+    for what, t in (("as is", grads), ("x 1e6", grads * 1e6)):
+        for fmt in ("e4m3", "e5m2"):
+            for scaling, s in (("none", 1.0), ("current", current(t, fmt))):
+                r = cast_report(t, fmt, s)
+                rows.append(
+                    {
+                        "tensor": what,
+                        "format": fmt,
+                        "scaling": scaling,
+                        "scale": s,
+                        "overflowed": r.saturated,
+                        "became inf/NaN": r.inf_or_nan,
+                        "flushed to 0": r.flushed,
+                        "rel. error": r.rel_error,
+                    }
+                )
+    return rows
 
 
 def delayed_vs_current(
