@@ -4,7 +4,7 @@ ranks returned into the rows the notebook shows, so that its cells keep the call
     check_rows, shape_rows    section 2: TP modules against one process; per-rank shapes
     activation_rows           section 4: saved activations, formula beside measurement
     vocab_rows                the vocabulary-parallel loss, gathered vs split logits
-    dtensor_rows              DTensor TP beside ours: collectives and losses
+    dtensor_rows, loss_gap    DTensor TP beside ours: collectives and losses, the largest gap
     link_row, place_rows      TP vs PP over a link: by formula, on the emulated cluster
     CLAIMS, claim_rows        the sources' claims beside lab_utils.calc
     share_rows                one rank's MLP share at growing t (thin matmuls)
