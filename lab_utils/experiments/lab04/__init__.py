@@ -7,6 +7,7 @@
     local_sgd.py section 8b: synchronise less often, local SGD and DiLoCo against every-step
                  all-reduce (held-out loss, bytes sent)
     twin.py      section 4d: the bucket-size sweep on an emulated GPU cluster (lab_utils.twin)
+    tables.py    the results as the notebook's table rows and figures (``lab04 import tables``)
 
 The names of ddp.py are importable from here (``lab04.train_step``); details.py and local_sgd.py
 are modules of their own (``from lab_utils.experiments.lab04 import details, local_sgd``).

@@ -5,6 +5,7 @@
     drills.py   DTensor TP beside ours, the dropout-seeding drill, thin
                 matmuls at large t
     twin.py     TP inside one node vs across two, on an emulated GPU cluster (lab_utils.twin)
+    tables.py   the results as the notebook's table rows (``from ... lab06 import tables``)
 
 The names of tp.py are importable from here (``lab06.check_blocks``); drills.py is a module of
 its own (``from lab_utils.experiments.lab06 import drills``). ``experiments/unshard.py`` gathers
