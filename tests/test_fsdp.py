@@ -22,7 +22,6 @@ from torch import nn
 from torch.testing import assert_close
 
 from lab_utils import run
-from lab_utils.calc import model_state_memory
 from lab_utils.data import regression_batches, shard_for_rank, token_batches
 from lab_utils.experiments import lab05
 from lab_utils.experiments.lab05 import practice as lab05_practice
@@ -469,49 +468,6 @@ def test_bad_input_gives_a_clear_message(results):
     }
     for case, words in expect.items():
         assert errors[case] is not None and words in errors[case], (case, errors[case])
-
-
-# ---- memory and the per-unit timeline ---------------------------------------------------------
-BIG = GPTConfig(n_layer=3, n_head=2, d_model=64)
-
-
-@pytest.fixture(scope="module")
-def timelines():
-    def both(ctx):
-        return {pf: lab05.unit_timeline(ctx, BIG, prefetch=pf) for pf in (False, True)}
-
-    return run(both, 4, timeout_s=300, quiet=True, preload=PRELOAD)
-
-
-def test_memory_at_peak_equals_the_calculator(timelines):
-    model = TinyGPT(BIG, seed=0)
-    n, block = count_params(model), sum(p.numel() for p in model.blocks[0].parameters())
-    root = n - BIG.n_layer * block
-    state = model_state_memory(n, "fp32_adam", 3, 4).total  # fp32 shard + grad + Adam m, v
-    bf16 = lambda params: model_state_memory(params, "mixed_adam", 0).params  # noqa: E731
-    for rank in range(4):
-        plain, prefetch = timelines[rank][False], timelines[rank][True]
-        assert plain.state_bytes == prefetch.state_bytes == state
-        assert plain.peak_held == bf16(root + block)  # the root and the block computing
-        assert prefetch.peak_held == bf16(root + 2 * block)  # ... and the next one arriving
-        assert plain.unit_numel == {"root": root, **{f"L{i}": block for i in range(BIG.n_layer)}}
-
-
-def test_timeline_has_every_unit_and_collective(timelines):
-    events = timelines[0][False].events
-    mine = [e for e in events if e["rank"] == 0]
-    names = [(e["name"], e["mb"]) for e in mine]
-    for i in range(BIG.n_layer):
-        assert ("forward", f"L{i}") in names and ("backward", f"L{i}") in names
-    assert sum(n == "all_gather" for n, _ in names) == 2 * BIG.n_layer + 1
-    assert sum(n == "reduce_scatter" for n, _ in names) == BIG.n_layer + 1
-
-
-def test_prefetch_starts_each_gather_while_the_previous_block_computes(timelines):
-    n = BIG.n_layer
-    for rank in range(4):
-        assert timelines[rank][False].overlapped == {"forward": 0, "backward": 0}
-        assert timelines[rank][True].overlapped == {"forward": n - 1, "backward": n - 1}
 
 
 # ---- the practitioner's script, launched as a user would ----------------------------------------

@@ -4,7 +4,9 @@ clock (deterministic: the virtual clock never reads this machine's time).
 Lab 03: all-reduce times fit alpha-beta (r^2 >= 0.99), the fitted slope's busbw is the link's
 bandwidth, and across nodes the hierarchical all-reduce beats one flat ring as calc says.
 Lab 05: FSDP's prefetch hides all-gathers under compute (ours and torch's fully_shard, equal
-times), and ZeRO-3's extra all-gather costs far less step time than traffic.
+times), and ZeRO-3's extra all-gather costs far less step time than traffic; one FSDP step unit
+by unit: each prefetched gather starts while the block before it computes, the full weights held
+at the peak equal the calculator's.
 Lab 04: the bucket-size sweep of BucketDDP and torch DDP has a sweet spot strictly inside it.
 Lab 10: strong scaling follows Amdahl (the serial part: the all-reduce tail, larger across nodes),
 weak scaling stays near N and just below Gustafson's line; lab 07's 1F1B step (real compute)
@@ -23,13 +25,15 @@ from lab_utils.calc import (
     fit_alpha_beta,
     gustafson_speedup,
     hierarchical_time,
+    model_state_memory,
 )
+from lab_utils.experiments import lab05
 from lab_utils.experiments.lab03 import twin as lab03_twin
 from lab_utils.experiments.lab04 import twin as lab04_twin
 from lab_utils.experiments.lab05 import twin as lab05_twin
 from lab_utils.experiments.lab06 import twin as lab06_twin
 from lab_utils.experiments.lab10 import twin as lab10_twin
-from lab_utils.models import GPTConfig
+from lab_utils.models import GPTConfig, TinyGPT, count_params
 
 
 def test_all_reduce_fits_alpha_beta_and_busbw_is_the_link():
@@ -90,6 +94,47 @@ def test_fsdp_prefetch_and_zero3_vs_zero2_on_the_emulated_clock():
     assert p["fully_shard prefetch"].step_s == pytest.approx(on.step_s, rel=1e-9)
     assert on.comm_s > 1.2 * keep.comm_s  # ZeRO-3 all-gathers again in backward
     assert 1 < on.step_s / keep.step_s < on.comm_s / keep.comm_s  # mostly hidden
+
+
+def test_fsdp_unit_by_unit_on_the_emulated_clock():
+    big = GPTConfig(n_layer=3, n_head=2, d_model=64)
+    em = twin.emulate(
+        lab05.unit_steps,
+        4,
+        lab05_twin.fsdp_cluster(),
+        big,
+        scale=lab05_twin.fsdp_scale(big, 2),
+        quiet=True,
+        timeout_s=240,
+    )
+    assert em.unknown == []
+    tl, n = lab05.unit_timelines(em), big.n_layer
+    model = TinyGPT(big, seed=0)
+    numel, block = count_params(model), sum(p.numel() for p in model.blocks[0].parameters())
+    root = numel - n * block
+    state = model_state_memory(numel, "fp32_adam", 3, 4).total  # shard + grad + Adam m, v
+    bf16 = lambda params: model_state_memory(params, "mixed_adam", 0).params  # noqa: E731
+    for rank in range(4):
+        plain, pre = tl[rank]["no prefetch"], tl[rank]["prefetch"]
+        assert plain.state_bytes == pre.state_bytes == state
+        assert plain.peak_held == bf16(root + block)  # the root and the block computing
+        assert pre.peak_held == bf16(root + 2 * block)  # ... and the next one arriving
+        assert plain.unit_numel == {**{f"L{i}": block for i in range(n)}, "root": root}
+        assert plain.overlapped == {"forward": 0, "backward": 0}
+        assert pre.overlapped == {"forward": n - 1, "backward": n - 1}
+        for k in ("forward", "backward"):  # prefetch hides part of each gather, never adds
+            assert 0 <= pre.exposed_gather_s[k] < plain.exposed_gather_s[k]
+    events = tl[0]["no prefetch"].events
+    mine = [(e["name"], e["mb"]) for e in events if e["rank"] == 0]
+    for i in range(n):
+        assert ("forward", f"L{i}") in mine and ("backward", f"L{i}") in mine
+    assert sum(k == "all_gather" for k, _ in mine) == 2 * n + 1
+    assert sum(k == "reduce_scatter" for k, _ in mine) == n + 1
+    assert mine.count(("all_gather", "root")) == mine.count(("reduce_scatter", "root")) == 1
+    # without prefetch a block's gather starts as the block before it ends: all of it exposed
+    mb = [e for e in events if e["rank"] == 0 and e["name"] == "all_gather" and e["mb"] == "block"]
+    ag = [e["end"] - e["start"] for e in mb]  # the blocks' forward gathers, then backward's
+    assert tl[0]["no prefetch"].exposed_gather_s["forward"] == pytest.approx(sum(ag[1:n]))
 
 
 CFG = GPTConfig(vocab_size=128, seq_len=32, n_layer=4, n_head=4, d_model=64)

@@ -1,28 +1,35 @@
 """Lab 05's experiments (ZeRO and FSDP): what the notebook, tests and exercises launch.
 
     sharding.py   DDP, ZeRO-1/2, our FSDP and torch's fully_shard on the same data (losses, memory,
-                  collectives); one FSDP step unit by unit; FSDP's mixed precision and its check
+                  collectives); FSDP's mixed precision and its one-process check
+    units.py      section 7: one FSDP step unit by unit on the emulated clock (which all-gather
+                  overlaps which block's compute, the full weights held over time)
     practice.py   gradient accumulation under each kind of sharding; what the FSDP2 tutorials have
                   you type (meta-device init, clipping sharded gradients, HSDP)
     twin.py       section 7b: prefetch, and ZeRO-3 against ZeRO-2, timed on an emulated GPU
                   cluster (lab_utils.twin), our FSDP beside torch's fully_shard
 
-The names of sharding.py are importable from here (``lab05.train_variants``); practice.py is a
-module of its own (``from lab_utils.experiments.lab05 import practice``), and so is twin.py.
+The names of sharding.py and units.py are importable from here (``lab05.train_variants``,
+``lab05.unit_steps``); practice.py is a module of its own (``from lab_utils.experiments.lab05
+import practice``), and so is twin.py.
 """
 
 from lab_utils.experiments.lab05.sharding import (
     BF16,
     LR,
     TrainResult,
-    UnitTimeline,
     apply_fully_shard,
     build,
-    gathered_bytes,
     mixed_precision_reference,
     mixed_precision_run,
     train_variants,
-    unit_timeline,
+)
+from lab_utils.experiments.lab05.units import (
+    UnitStep,
+    UnitTimeline,
+    gathered_bytes,
+    unit_step,
+    unit_steps,
     unit_timelines,
 )
 
@@ -33,10 +40,12 @@ __all__ = [
     "build",
     "apply_fully_shard",
     "train_variants",
+    "UnitStep",
     "UnitTimeline",
     "gathered_bytes",
-    "unit_timeline",
+    "unit_step",
+    "unit_steps",
+    "unit_timelines",
     "mixed_precision_reference",
     "mixed_precision_run",
-    "unit_timelines",
 ]

@@ -3,24 +3,20 @@
     train_variants(ctx, cfg, steps, batch, names)  DDP, ZeRO-1/2 (zero.py), FSDP (fsdp.py) and
                                                    torch's fully_shard, same data: losses,
                                                    memory, the last step's collectives
-    unit_timeline(ctx, cfg, prefetch, compute_s)   one FSDP step unit by unit: compute spans
-                                                   (module hooks), collectives (ledger), the
-                                                   full weights held at each moment
     mixed_precision_reference(...)                 ONE process doing FSDP's casts (the check)
 
 Gradient accumulation and the practitioner's idioms (meta-device init, clipping, HSDP) are in
-``practice.py``.
+``practice.py``; one FSDP step unit by unit, on the emulated clock, in ``units.py``.
 
 Every technique observed here is used as a learner would use it; measurement stays outside:
-CommLedger sees the collectives, ModuleSpans the compute, model_state_bytes the storages.
+CommLedger sees the collectives, WireMeter the bytes sent, model_state_bytes the storages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -28,8 +24,7 @@ from torch import nn
 
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.experiments.common import mean_over_ranks
-from lab_utils.measure import CommLedger, Timeline, WireMeter, model_state_bytes
-from lab_utils.measure.spans import ModuleSpans
+from lab_utils.measure import CommLedger, WireMeter, model_state_bytes
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.parallel.fsdp import FSDP, MixedPrecision
 from lab_utils.parallel.zero import ZeroOptimizer
@@ -166,118 +161,6 @@ def train_variants(
     return out
 
 
-# ---- one FSDP step, unit by unit ----------------------------------------------------------------
-@dataclass
-class UnitTimeline:
-    """One FSDP training step on one rank (the second; the first warms up)."""
-
-    events: list[dict] | None  # rank 0: every rank's spans (compute: module hooks; comm: ledger)
-    held: list[tuple[float, int]]  # (s, bytes of full weights allocated) as each unit computes
-    peak_held: int
-    state_bytes: int  # shards + their grads + Adam m, v (model_state_bytes total)
-    # per pass: block all-gathers that STARTED before the block computing ahead of them had
-    # finished (prefetch; an exact count), and the all-gather time left exposed: how long, in
-    # total, a block's weights were still arriving after the previous block finished (seconds)
-    overlapped: dict[str, int] = field(default_factory=dict)
-    exposed_gather_s: dict[str, float] = field(default_factory=dict)
-    unit_numel: dict[str, int] = field(default_factory=dict)
-
-
-def gathered_bytes(fsdp: FSDP) -> int:
-    """Bytes of full (unsharded) weights this rank holds now: gathered units, and the receive
-    buffers of all-gathers still in flight (prefetch). Read from outside the technique."""
-    held = sum(p.full.untyped_storage().nbytes() for u in fsdp.units for p in u.params)
-    return held + sum(
-        u.inflight[1].numel() * u.inflight[1].element_size()
-        for u in fsdp.units
-        if u.inflight is not None
-    )
-
-
-def _simulate_compute(module: nn.Module, seconds: float) -> None:
-    """SIMULATED compute (labelled so in the lab): the module's forward and its backward each
-    sleep ``seconds``, as a GPU is busy while the CPU (here gloo's thread) moves the next unit."""
-
-    def on_output(_m: nn.Module, _a: tuple, out: Any) -> None:
-        if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.register_hook(lambda _g: time.sleep(seconds))
-
-    module.register_forward_pre_hook(lambda _m, _a: time.sleep(seconds))
-    module.register_forward_hook(on_output)
-
-
-def _gather_overlap(
-    events: list[dict], gathers: list[tuple[float, float]], blocks: list[str]
-) -> tuple[dict[str, int], dict[str, float]]:
-    """Pair each block's all-gather (start, end) with the compute span that runs before it.
-
-    Issue order (with or without prefetch): the root, the blocks in forward order, then the
-    blocks in backward order (last first). Forward: block i's gather against the end of block
-    i-1's forward; backward: block i's gather against the end of block i+1's backward."""
-    ends = {(e["name"], e["mb"]): e["end"] for e in events}
-    n = len(blocks)
-    pairs = {
-        "forward": [(gathers[1 + i], ends[("forward", blocks[i - 1])]) for i in range(1, n)],
-        "backward": [(gathers[1 + n + j], ends[("backward", blocks[n - j])]) for j in range(1, n)],
-    }
-    overlapped = {k: sum(g[0] < end for g, end in v) for k, v in pairs.items()}
-    exposed = {k: sum(max(0.0, g[1] - end) for g, end in v) for k, v in pairs.items()}
-    return overlapped, exposed
-
-
-def unit_timeline(
-    ctx: Any,
-    cfg: GPTConfig,
-    prefetch: bool = False,
-    compute_s: float = 0.0,
-    mp: MixedPrecision = BF16,
-    global_batch: int = 8,
-) -> UnitTimeline:
-    """One FSDP step (after a warm-up step) seen from outside: ModuleSpans on each block,
-    the CommLedger's records as comm spans, the full weights held as each block starts.
-    ``compute_s`` > 0 adds SIMULATED compute (sleep) to every block's forward and backward."""
-    batch = token_batches(1, global_batch, cfg.seq_len, cfg.vocab_size, seed=1)[0]
-    x, y = shard_for_rank(batch, ctx.rank, ctx.world_size)
-    fsdp = FSDP(TinyGPT(cfg, seed=0), ctx.group, mp=mp, prefetch=prefetch)
-    opt = make_optimizer(fsdp.parameters(), "adamw", LR)
-    timeline, held = Timeline(ctx), []
-    blocks = {u.name: u.module for u in fsdp.units if u is not fsdp.root}
-    ModuleSpans(
-        blocks, timeline, on_start=lambda *_: held.append((timeline.now(), gathered_bytes(fsdp)))
-    )
-    for module in blocks.values() if compute_s else ():
-        _simulate_compute(module, compute_s)
-    for _ in range(2):
-        timeline.events.clear(), held.clear()
-        with CommLedger() as ledger:
-            default_loss(fsdp(x), y).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=False)
-    compute = list(timeline.events)
-    offset = timeline.now() - time.perf_counter()  # ledger stamps use perf_counter()
-    root_bytes = {
-        sum(p.chunk for p in fsdp.root.params) * ctx.world_size * size for size in (2, 4)
-    }  # the root's all-gather (bf16) or reduce-scatter (fp32)
-    gathers = []
-    for r in ledger.records:
-        start, end = r.start_s + offset, r.start_s + offset + (r.duration_s or 0.0)
-        timeline.add(
-            r.op, start, end, phase="comm", mb="root" if r.tensor_bytes in root_bytes else "block"
-        )
-        if r.op == "all_gather":
-            gathers.append((start, end))
-    overlapped, exposed = _gather_overlap(compute, sorted(gathers), list(blocks))
-    return UnitTimeline(
-        timeline.gather(),
-        held,
-        max(b for _, b in held),
-        model_state_bytes(fsdp, opt)["total"],
-        overlapped,
-        exposed,
-        {u.name: sum(p.shape.numel() for p in u.params) for u in fsdp.units},
-    )
-
-
 # ---- references (one process) -------------------------------------------------------------------
 def mixed_precision_reference(
     model_fn: Callable[[], nn.Module],
@@ -325,11 +208,3 @@ def mixed_precision_run(
         opt.step()
         losses.append(sum(step_losses) / world)
     return ReferenceRun(losses, {k: v.detach().clone() for k, v in master.state_dict().items()})
-
-
-def unit_timelines(ctx: Any, cfg: GPTConfig, compute_s: float) -> dict[str, UnitTimeline]:
-    """unit_timeline without and with prefetch, in one launch."""
-    return {
-        "no prefetch": unit_timeline(ctx, cfg, False, compute_s),
-        "prefetch": unit_timeline(ctx, cfg, True, compute_s),
-    }
