@@ -7,6 +7,7 @@ torch_pipeline.py   torch.distributed.pipelining's schedules, their order record
                     stages, their time on the emulated clock; replay;
                     TORCH_CONFIG (the model those runs use)
 tables.py           each schedule's formula beside its measurement, as table rows
+figures.py          the bubble sweep and the peak activations per stage, as plotly figures
 """
 
 from lab_utils.experiments.lab07.pipeline import (

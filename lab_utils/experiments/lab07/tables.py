@@ -5,7 +5,9 @@
                                          of one stage (interleaved chunks count 1/v each)
     measured_bubble(run), measured_in_flight(run)   the matching measurements of a PipelineRun
     stage_costs(run), op_rows(runs)      seconds each rank computed; per-op means and the step
-    schedule_rows / grad_rows / bytes_rows   for lab_utils.viz.show_table
+    schedule_rows / grad_rows / bytes_rows   for lab_utils.viz.show_table (SCHEDULE_FMT: how
+                                         the notebook prints schedule_rows)
+    in_flight_rows, spread_rows, steady_rows, uneven_rows, torch_rows   the rows of sections 7-10
 
 The formulas are lab_utils.calc's (``bubble``, ``peak_in_flight``: Huang et al. 2019; Narayanan
 et al. 2021 Sec. 2.2; Korthikanti et al. 2022 Sec. 4; Qi et al. 2023 Sec. 3), with two cases
@@ -22,11 +24,14 @@ this lab derives for its ZB-H2 (``schedules.zero_bubble`` with k = 2):
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from lab_utils.calc.pipeline import bubble, peak_in_flight
+
+# how the notebook prints schedule_rows: three decimals, the difference signed
+SCHEDULE_FMT = {"formula": "{:.3f}", "measured": "{:.3f}", "diff": "{:+.3f}"}
 
 
 def bubble_formula(schedule: str, p: int, m: int, v: int = 1) -> float:
@@ -158,3 +163,126 @@ def bytes_rows(runs: Sequence[Any], micro_batch: int = 2) -> list[dict]:
             }
         )
     return rows
+
+
+def in_flight_rows(timed: Mapping[str, Any], p: int, m: int) -> list[dict]:
+    """Lab 07 section 7: per schedule, the activations each stage holds at its peak (formula
+    beside what the observer counted), in micro-batches of one stage."""
+    return [
+        {
+            "schedule": s,
+            "in flight (formula)": str(in_flight_formula(s, p, m, r.v)),
+            "in flight (measured)": str(measured_in_flight(r)),
+        }
+        for s, r in timed.items()
+    ]
+
+
+SPREAD_FMT = {
+    c: "{:.3f}"
+    for c in ("one node (NVLink)", "one GPU per node (InfiniBand)", "formula (free messages)")
+}
+
+
+def spread_rows(node: Mapping[str, Any], spread: Mapping[str, Any], p: int, m: int) -> list[dict]:
+    """Lab 07 section 8: the bubble of the schedules run on both placements (``node``: one
+    node, NVLink; ``spread``: one GPU per node, InfiniBand) beside the free-message formula."""
+    return [
+        {
+            "schedule": s,
+            "messages per step": 2 * m * (p * r.v - 1),
+            "one node (NVLink)": measured_bubble(r),
+            "one GPU per node (InfiniBand)": measured_bubble(spread[s]),
+            "formula (free messages)": bubble_formula(s, p, m, r.v),
+        }
+        for s, r in node.items()
+    ]
+
+
+STEADY = "steady state (own span, slowest rank)"
+STEADY_FMT = {"one step alone": "{:.3f}", STEADY: "{:.3f}", "formula": "{:.3f}"}
+
+
+def steady_rows(runs: Sequence[Any], p: int, m: int) -> list[dict]:
+    """Lab 07 section 8 (ZB-H2): one step alone vs the steady state (idle over each rank's own
+    span, the slowest rank), beside the formula and the micro-batches in flight."""
+    return [
+        {
+            "schedule": r.schedule,
+            "one step alone": r.bubble.mean,
+            STEADY: r.steady_bubble.max,
+            "formula": bubble_formula(r.schedule, p, m),
+            "in flight": str(r.peak_in_flight),
+        }
+        for r in runs
+    ]
+
+
+def uneven_rows(runs: Sequence[Any], cpu_costs: Sequence[float], p: int, m: int) -> list[dict]:
+    """Lab 07 section 9: per run, the stage costs (emulated, and this machine's CPU time
+    ``cpu_costs``, both relative to the cheapest stage), the emulated step beside GPipe's
+    formula sum_s k_s + (m-1) max_s k_s and the same FLOPs balanced, and each rank's idle."""
+    rows = []
+    for r in runs:
+        k = [c / m for c in stage_costs(r)]  # emulated seconds per micro-batch, by stage
+        rows.append(
+            {
+                "schedule": r.schedule,
+                "stage costs, emulated": str([round(c / min(k), 2) for c in k]),
+                "stage costs, laptop CPU": str([round(c / min(cpu_costs), 2) for c in cpu_costs]),
+                "step (emulated)": max(e["end"] for e in r.events),
+                "GPipe formula": sum(k) + (m - 1) * max(k),
+                "same FLOPs, balanced": (m + p - 1) * sum(k) / p,
+                "idle per rank": str([round(b, 2) for b in r.bubble.per_rank.values()]),
+            }
+        )
+    return rows
+
+
+# torch's schedules that calc has a closed form for (ZB-V's: its steady state, t_w = t_f)
+TORCH_CLOSED_FORMS = {
+    "gpipe": "gpipe",
+    "1f1b": "1f1b",
+    "interleaved-1f1b": "interleaved",
+    "zbv": "zb-v",
+}
+
+
+TORCH_FMT = {
+    "|loss - ref|": "{:.1e}",
+    "max |grad - ref|": "{:.1e}",
+    **{c: "{:.3f}" for c in ("emulated", "replayed", "replayed, own span", "formula")},
+}
+
+
+def torch_rows(
+    runs: Sequence[Any], ref_loss: float, ref_grads: dict[str, torch.Tensor], p: int, m: int
+) -> list[dict]:
+    """Lab 07 section 10: torch.distributed.pipelining's schedules against one process (loss,
+    gradients), their idle fraction emulated and replayed (exact op times, free messages; also
+    over each rank's own span), beside calc's closed form where there is one."""
+    from lab_utils.calc import bubble_from_timeline
+    from lab_utils.parallel.pipeline_parallel.torch_schedules import TORCH_SCHEDULES
+
+    def formula(r: Any) -> float | None:
+        if r.schedule not in TORCH_CLOSED_FORMS:
+            return None
+        extra = {"t_w": 1.0} if r.schedule == "zbv" else {"v": r.v}
+        return bubble(TORCH_CLOSED_FORMS[r.schedule], p, m, **extra).of_total
+
+    return [
+        {
+            "schedule": r.schedule,
+            "class": TORCH_SCHEDULES[r.schedule][0],
+            "v": r.v,
+            "|loss - ref|": abs(r.loss - ref_loss),
+            "max |grad - ref|": max(
+                (r.grads[n] - g).abs().max().item() for n, g in ref_grads.items()
+            ),
+            "emulated": r.bubble.mean,
+            "replayed": r.replayed_bubble.mean,
+            "replayed, own span": bubble_from_timeline(r.replayed, window="rank").max,
+            "formula": formula(r),
+        }
+        for r in runs
+    ]

@@ -5,6 +5,7 @@ dataclasses; the notebook prints them and asserts what the text says.
 
     plan_rows(plans, n)                 the planner's candidates, one row each
     axis_bytes(cfg, cluster, ...)       bytes one GPU sends per step on each mesh axis
+    time_split_rows(plans)              where each plan's step time goes, and its memory
     tp_pp_sweep(cfg, cluster, ...)      move TP <-> PP at a fixed DP: verdicts, GQA warnings
     recipe_ladder(names, cluster, ...)  DDP / FSDP / + TP / + PP: the fastest plan of each rung
     candidates(cfg, cluster, ...)       a few proposed layouts graded by check_config (512 GPUs)
@@ -427,3 +428,20 @@ def axis_rows(
             }
         )
     return rows
+
+
+def time_split_rows(plans: Sequence[Any]) -> list[dict]:
+    """Lab 08 (TP=4 vs TP=8 for Llama-2-70B): where each plan's step time goes (compute, TP
+    communication, the pipeline bubble's time, DP sync), its step and its memory per GPU."""
+    return [
+        {
+            "plan": q.summary(),
+            "compute (s)": q.compute_s,
+            "TP comm (s)": q.tp_comm_s,
+            "bubble time (s)": q.bubble * (q.compute_s + q.tp_comm_s + q.pp_comm_s),
+            "DP sync (s)": q.dp_comm_s,
+            "step (s)": q.step_s,
+            "mem/GPU (GB)": q.memory_bytes / GB,
+        }
+        for q in plans
+    ]

@@ -2,6 +2,7 @@
 
     check_ring(ctx, sizes, ...)   output and q/k/v gradients vs full attention, ledger bytes vs
                                   the formula, and the bytes autograd saved with and without CP
+    ring_rows(checks), RING_FMT   those checks as table rows, and how the notebook prints them
 
 The technique is ``lab_utils.parallel.context_parallel``; measurement stays outside it.
 """
@@ -9,7 +10,7 @@ The technique is ``lab_utils.parallel.context_parallel``; measurement stays outs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -93,3 +94,32 @@ def check_ring(
             )
         )
     return rows
+
+
+# how the notebook prints ring_rows: errors in scientific notation, bytes with separators
+RING_FMT = {
+    **{f"max|Δ{k}|": "{:.1e}" for k in ("out", "dq", "dk", "dv")},
+    "fwd bytes": "{:,.0f}",
+    "bwd bytes": "{:,.0f}",
+}
+
+
+def ring_rows(checks: Sequence[RingCheck], ranks: Sequence[int] = (0, 3)) -> list[dict]:
+    """Lab 08 section on context parallelism: one row per ``RingCheck`` of the listed ranks:
+    the errors against full attention, the ledger bytes beside the formula, the bytes saved."""
+    return [
+        {
+            "N": r.n,
+            "causal": r.causal,
+            "rank": r.rank,
+            **{f"max|Δ{k}|": v for k, v in r.err.items()},
+            "fwd bytes": r.sent["forward"],
+            "formula fwd": r.formula["forward"],
+            "bwd bytes": r.sent["backward"],
+            "formula bwd": r.formula["backward"],
+            "saved (ring)": r.saved,
+            "saved (full)": r.saved_full,
+        }
+        for r in checks
+        if r.rank in ranks
+    ]

@@ -5,9 +5,11 @@
     ep.py        EP against the single-process MoELayer (forward, gradients, all-to-all bytes),
                  and EP x DP on a DeviceMesh
     balance.py   the router trained with and without the load-balancing loss; capacity and drops
+    views.py     the notebook's table rows and figures (routing, EP checks, bytes, balance,
+                 capacity, DeepSeek-V3's memory, traffic and layouts)
 
-The names of shape.py and ep.py are importable from here (``lab09.ep_checks``); balance.py is its
-own module (``from lab_utils.experiments.lab09 import balance``).
+The names of shape.py and ep.py are importable from here (``lab09.ep_checks``); balance.py and
+views.py are their own modules (``from lab_utils.experiments.lab09 import balance``).
 """
 
 from lab_utils.experiments.lab09.ep import (
