@@ -98,7 +98,6 @@ ANSWER_SHOWN = {
         (24, "07.interleaved_bubble"),
         (26, "07.zb_h1_bubble"),
     },
-    "10_scaling": {(44, "10.chinchilla_params")},
 }
 SHOWN = re.compile(r"cell (\d+): prints .*?the answer prediction '([\w.]+)'")
 
