@@ -161,3 +161,21 @@ def test_wall_rows_one_per_run_with_the_oversubscription_note():
     assert [(r["run"], r["N"]) for r in rows] == [("strong", 1), ("strong", 2)]
     assert rows[1]["tokens/s"] == 64 / 0.5 and rows[1]["step ms"] == 500.0
     assert [r["note"] for r in rows] == ["", "more ranks than cores"]
+
+
+def test_bottleneck_row_in_the_lab_units():
+    from lab_utils.experiments.lab10 import CommSplit, bottleneck_row
+
+    stats = CommStats(
+        params=1000, grad_bytes=4000, rows=2, spans=[], bytes_sent=4000, calls=1, events=[]
+    )
+    row = bottleneck_row("mlp", stats, CommSplit(0.003, 0.001, 0.25), flop_per_byte=3.0)
+    assert row == {
+        "model": "mlp",
+        "P": 1000,
+        "ledger: MB sent per rank": 0.004,
+        "FLOP per byte sent": 3.0,
+        "compute ms": 3.0,
+        "all-reduce ms": 1.0,
+        "communication share": 0.25,
+    }
