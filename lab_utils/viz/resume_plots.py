@@ -6,6 +6,8 @@ from typing import Mapping
 
 import plotly.graph_objects as go
 
+from lab_utils.viz.axis_check import checked
+
 
 def resume_figure(curves: Mapping[str, Mapping[int, float]], resume_at: int) -> go.Figure:
     """Lab 11 section 3: each run's global mean loss by step (``curves[name][step]``), the
@@ -29,4 +31,4 @@ def resume_figure(curves: Mapping[str, Mapping[int, float]], resume_at: int) -> 
         yaxis_title="global mean loss",
         title="the elastic run lies on the uninterrupted one; incomplete resumes leave it",
     )
-    return fig
+    return checked(fig)

@@ -90,4 +90,4 @@ def matmul_rate_figure(rates: Sequence) -> go.Figure:
         height=330,
         width=700,
     )
-    return fig
+    return checked(fig)
