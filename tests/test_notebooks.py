@@ -86,13 +86,11 @@ def test_quick_mode_runs_under_nbval(path, die_with_pytest):
     )
 
 
-# Answers a Run All shows before their commit (issue 36 item 2) in labs another session edits:
-# (cell, prediction) pairs, listed so the suite stays green until those cells hold them back
-# (reveal(..., show=Table(...)) or guess.after_commit(...)); a cell fixed fails this test until
-# its entry goes, so the list cannot go stale.
-ANSWER_SHOWN = {
-    "10_scaling": {(44, "10.chinchilla_params")},
-}
+# Answers a Run All shows before their commit (issue 36 item 2), as (cell, prediction) pairs per
+# lab: empty, every lab holds its answers back (reveal(..., show=...) or guess.after_commit(...)).
+# A known leak may be listed here while its cell is fixed; a fixed cell fails the test until its
+# entry goes, so the list cannot go stale.
+ANSWER_SHOWN: dict[str, set[tuple[int, str]]] = {}
 SHOWN = re.compile(r"cell (\d+): prints .*?the answer prediction '([\w.]+)'")
 
 

@@ -220,3 +220,27 @@ def test_nan_guard_finds_rank_and_sample_and_divergence_is_detected():
         assert all(h.params_finite for h in r.nan_guarded)
         assert all(len(set(step)) == 4 for step in r.diverged.checksums)
         assert all(len(set(step)) == 1 for step in r.synced.checksums)
+
+
+def test_checkpoint_size_row_whole_and_per_rank():
+    from lab_utils.experiments.lab11 import checkpoint_size_row
+
+    row = checkpoint_size_row("m", 10**9, 12, 4)
+    assert row == {
+        "model": "m",
+        "params": 10**9,
+        "B/param": 12,
+        "checkpoint": "12.0 GB",
+        "per rank, sharded": "3.0 GB",
+    }
+    kb = checkpoint_size_row("tiny", 1000, 16, 4, lambda b: f"{b / 1e3:.0f} kB")
+    assert (kb["checkpoint"], kb["per rank, sharded"]) == ("16 kB", "4 kB")
+
+
+def test_resume_figure_one_line_per_run_and_the_resume_mark():
+    from lab_utils.viz.resume_plots import resume_figure
+
+    fig = resume_figure({"uninterrupted": {0: 2.0, 1: 1.5}, "elastic": {1: 1.5}}, resume_at=1)
+    assert [t.name for t in fig.data] == ["uninterrupted", "elastic"]
+    assert list(fig.data[0].x) == [0, 1] and fig.data[1].line.dash == "dot"
+    assert fig.layout.shapes[0].x0 == 0.5

@@ -136,3 +136,46 @@ def test_fit_serial_recovers_s_from_noisy_logs(s):
     assert fit_serial(logs) == pytest.approx(s, abs=0.01)
     exact = [StepLog(n, (9.0, s + (1 - s) / n, s + (1 - s) / n)) for n in (1, 2, 4)]
     assert fit_serial(exact) == pytest.approx(s, abs=1e-12)
+
+
+def test_curve_row_states_the_fit_or_the_reason():
+    from lab_utils.calc import fit_serial_fraction
+    from lab_utils.experiments.lab10 import CurveFit
+
+    ns, times = (1, 2, 4), (4.0, 2.5, 1.75)  # T(N) = 1 + 3/N: s = 1/4, ceiling 4x
+    row = CurveFit("exact", ns, times, fit_serial_fraction(list(ns), list(times))).row()
+    assert row["curve"] == "exact" and row["speedup N=4"] == pytest.approx(4 / 1.75)
+    assert row["fitted s"] == pytest.approx(0.25) and row["ceiling 1/s"] == pytest.approx(4.0)
+    assert row["R^2"] == pytest.approx(1.0) and row["no fit because"] == ""
+    none = CurveFit("flat", (1, 2), (1.0, 1.0), None, "the times do not fall").row()
+    assert none["fitted s"] is None and none["no fit because"] == "the times do not fall"
+
+
+def test_wall_rows_one_per_run_with_the_oversubscription_note():
+    from lab_utils.experiments.lab10 import RunStats, ScalingResults
+
+    def stats(n):
+        return RunStats(n=n, rows=4, tokens=4 * n * 8, step_s=0.5, cpu_s=0.25, comm_s=0.1, log_s=())
+
+    rows = ScalingResults({"strong": {1: stats(1), 2: stats(2)}}).wall_rows(cores=1)
+    assert [(r["run"], r["N"]) for r in rows] == [("strong", 1), ("strong", 2)]
+    assert rows[1]["tokens/s"] == 64 / 0.5 and rows[1]["step ms"] == 500.0
+    assert [r["note"] for r in rows] == ["", "more ranks than cores"]
+
+
+def test_bottleneck_row_in_the_lab_units():
+    from lab_utils.experiments.lab10 import CommSplit, bottleneck_row
+
+    stats = CommStats(
+        params=1000, grad_bytes=4000, rows=2, spans=[], bytes_sent=4000, calls=1, events=[]
+    )
+    row = bottleneck_row("mlp", stats, CommSplit(0.003, 0.001, 0.25), flop_per_byte=3.0)
+    assert row == {
+        "model": "mlp",
+        "P": 1000,
+        "ledger: MB sent per rank": 0.004,
+        "FLOP per byte sent": 3.0,
+        "compute ms": 3.0,
+        "all-reduce ms": 1.0,
+        "communication share": 0.25,
+    }

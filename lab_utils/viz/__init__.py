@@ -5,6 +5,9 @@ Figures (static, return ``plotly.graph_objects.Figure``):
     collective_state_figure   what every rank holds before / after a collective     (lab 03)
     memory_timeline_figure    memory of training steps, event by event (measured)   (lab 01)
     layout_matrix.layout_matrix_figure  the layout-equivalence matrix's verdicts      (lab 14)
+    scaling_plots.strong_scaling_figure  step time vs N with Amdahl fits            (lab 10)
+    scaling_plots.matmul_rate_figure    one core's matmul FLOP/s by size            (lab 10)
+    resume_plots.resume_figure          losses around a resume from a checkpoint    (lab 11)
 
 Explorers (``ipywidgets.VBox`` subclasses; display them, or drive them with ``.set(...)``):
     memory_explorer()      MemoryExplorer       memory per GPU, DDP vs ZeRO-1/2/3   (labs 01, 05,

@@ -1,4 +1,5 @@
-"""Figures of lab 10: a strong-scaling curve with its Amdahl fits (static plotly figures)."""
+"""Figures of lab 10: a strong-scaling curve with its Amdahl fits, the FLOP/s of a matmul by size
+(static plotly figures)."""
 
 from __future__ import annotations
 
@@ -68,5 +69,25 @@ def strong_scaling_figure(
         yaxis_title="step time (ms)",
         height=430,
         width=FIGURE_WIDTH,
+    )
+    return checked(fig)
+
+
+def matmul_rate_figure(rates: Sequence) -> go.Figure:
+    """Lab 10 section 6.3: the FLOP/s one core achieved on an n x n matmul, against n (log axis).
+
+    ``rates``: lab_utils.experiments.lab10.MatmulRate objects (n, flops_per_s)."""
+    fig = go.Figure(
+        go.Scatter(
+            x=[r.n for r in rates], y=[r.flops_per_s / 1e9 for r in rates], mode="lines+markers"
+        )
+    )
+    fig.update_layout(
+        title="One core: achieved FLOP/s of an n x n matmul",
+        xaxis_title="n",
+        xaxis_type="log",
+        yaxis_title="GFLOP/s",
+        height=330,
+        width=700,
     )
     return checked(fig)

@@ -27,6 +27,7 @@ from lab_utils.experiments.lab10.scaling import (
     RunStats,
     ScalingResults,
     StepLog,
+    bottleneck_row,
     bottleneck_worker,
     comm_split,
 )
@@ -49,4 +50,5 @@ __all__ = [
     "comm_split",
     "Bottlenecks",
     "bottleneck_worker",
+    "bottleneck_row",
 ]

@@ -5,6 +5,7 @@
     bottleneck_worker(ctx, ...)       2 ranks: a compute-bound vs a communication-bound step
                                       (Timeline + CommLedger); a pipeline bubble on this
                                       machine's wall clock (twin.py times it on the emulated one)
+    bottleneck_row(...)               one model's row of the section 6.1 table
 
 (The in-process experiments, matmul rates and the slow data loader, are in local.py.)
 
@@ -70,6 +71,26 @@ class ScalingResults:
         exercise."""
         return [StepLog(n, r.log_s) for n, r in sorted(self.runs[mode].items())]
 
+    def wall_rows(self, cores: int) -> list[dict[str, Any]]:
+        """Every run as one row of lab 10's section 2 table (this machine's wall clock): the
+        best step, the CPU time rank 0 got, the communication not hidden, tokens per second;
+        a note where the N ranks outnumber the ``cores``."""
+        return [
+            {
+                "run": mode,
+                "N": n,
+                "rows/rank": r.rows,
+                "tokens/step": r.tokens,
+                "step ms": 1e3 * r.step_s,
+                "CPU ms/rank": 1e3 * r.cpu_s,
+                "comm ms": 1e3 * r.comm_s,
+                "tokens/s": r.tokens / r.step_s,
+                "note": "more ranks than cores" if n > cores else "",
+            }
+            for mode, runs in self.runs.items()
+            for n, r in runs.items()
+        ]
+
 
 @dataclass(frozen=True)
 class CurveFit:
@@ -84,6 +105,33 @@ class CurveFit:
     @property
     def speedups(self) -> tuple[float, ...]:
         return tuple(self.times[0] / t for t in self.times)
+
+    def row(self) -> dict[str, Any]:
+        """This curve as one row of lab 10's section 4 table: its speedups, the fitted s, R^2
+        and the ceiling 1/s (None without a fit), and why there is no fit."""
+        fit = self.fit
+        return {
+            "curve": self.label,
+            **{f"speedup N={n}": sp for n, sp in zip(self.ns, self.speedups)},
+            "fitted s": fit.serial_fraction if fit else None,
+            "R^2": fit.r2 if fit else None,
+            "ceiling 1/s": fit.speedup_limit if fit else None,
+            "no fit because": self.why,
+        }
+
+
+def bottleneck_row(name: str, stats: "CommStats", split: "CommSplit", flop_per_byte: float) -> dict:
+    """One row of lab 10's section 6.1 table: a model's parameters, the bytes its all-reduce
+    sent (ledger), its FLOPs per byte sent, its compute and all-reduce times (``comm_split``)."""
+    return {
+        "model": name,
+        "P": stats.params,
+        "ledger: MB sent per rank": stats.bytes_sent / 1e6,
+        "FLOP per byte sent": flop_per_byte,
+        "compute ms": 1e3 * split.compute_s,
+        "all-reduce ms": 1e3 * split.comm_s,
+        "communication share": split.comm_fraction,
+    }
 
 
 def _comm_vs_compute(

@@ -1,7 +1,8 @@
 """Lab 11's experiments (production): checkpoints, restarts, faults, jobs under plain torchrun.
 
     training.py  FSDP2 training with a DCP checkpoint every k steps, an injected crash, the exact
-                 resume (train_run, train_loop; train_state / restore: what a checkpoint holds)
+                 resume (train_run, train_loop; train_state / restore: what a checkpoint holds;
+                 checkpoint_size_row: its size)
     drill.py     the checkpoint drill in one launch: incomplete resumes, sharded vs rank-0 saves,
                  resharding to another world size
     elastic.py   jobs under plain torchrun: an elastic restart and its log, torchrun_job, a hung
@@ -30,6 +31,7 @@ from lab_utils.experiments.lab11.training import (
     ShuffledLoader,
     TrainLog,
     build,
+    checkpoint_size_row,
     eval_loss,
     full_fingerprint,
     latest_checkpoint,
@@ -41,6 +43,7 @@ from lab_utils.experiments.lab11.training import (
 )
 
 __all__ = [
+    "checkpoint_size_row",
     "CheckpointDrill",
     "Resharded",
     "SaveComparison",

@@ -19,11 +19,12 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
+from lab_utils.calc import fmt_bytes
 from lab_utils.data import shard_for_rank, token_batches
 from lab_utils.models import GPTConfig, TinyGPT
 from lab_utils.reference import default_loss, make_optimizer
@@ -237,3 +238,22 @@ def train_run(
     resume_from: a checkpoint to start from, restoring `what` besides model/optimizer/scheduler.
     crash=(rank, step): that rank dies (os._exit) between its forward and its backward."""
     return train_loop(ctx, cfg, root, resume_from, what, crash, fingerprint_at)[0]
+
+
+def checkpoint_size_row(
+    model: str,
+    params: int,
+    bytes_per_param: float,
+    ranks: int,
+    size: Callable[[float], str] = fmt_bytes,
+) -> dict[str, Any]:
+    """One row of lab 11's section 1 table: a checkpoint of ``params`` parameters at
+    ``bytes_per_param``, whole and per rank when sharded over ``ranks`` (``size`` formats bytes)."""
+    total = bytes_per_param * params
+    return {
+        "model": model,
+        "params": params,
+        "B/param": bytes_per_param,
+        "checkpoint": size(total),
+        "per rank, sharded": size(total / ranks),
+    }
