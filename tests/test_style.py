@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PY_TREES = ["lab_utils", "tests", "benchmarks", "scripts"]
+PY_TREES = ["lab_utils", "tests", "benchmarks", "scripts", "labs"]  # labs: the notebooks
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
@@ -14,13 +14,28 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_python_files_pass_ruff_check():
+def test_code_passes_ruff_check():
     out = _ruff("check", "--no-cache", *PY_TREES)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_python_files_are_ruff_formatted():
+def test_code_is_ruff_formatted():
     out = _ruff("format", "--check", "--no-cache", *PY_TREES)
     assert out.returncode == 0, (
         out.stdout + out.stderr + "\nrun: .venv/bin/python -m ruff format " + " ".join(PY_TREES)
     )
+
+
+def test_the_notebook_check_rejects_long_cells_and_long_lines():
+    import nbformat
+
+    from lab_utils.tools.nbtools import problems
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 1\n" * 26),
+        nbformat.v4.new_code_cell("y = " + "1" * 97),
+    ]
+    found = problems(nb)
+    assert "cell 0: 26 lines (at most 25)" in found
+    assert "cell 1: line(s) [1] over 100 characters" in found

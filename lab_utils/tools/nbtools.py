@@ -93,6 +93,9 @@ def strip(nb: nbformat.NotebookNode) -> bool:
     return changed
 
 
+MAX_CELL_LINES, MAX_LINE_CHARS = 25, 100  # a code cell's budget (ruff's line length is the same)
+
+
 def problems(nb: nbformat.NotebookNode) -> list[str]:
     """What violates the notebook conventions (empty list: fine)."""
     found = []
@@ -109,6 +112,14 @@ def problems(nb: nbformat.NotebookNode) -> list[str]:
         found.append(
             f"kernelspec must be {KERNELSPEC} (the kernel `make lab` installs): run `make strip`"
         )
+    for i, c in enumerate(
+        nb.cells
+    ):  # both budgets at once: one cannot be met by breaking the other
+        lines = c.source.splitlines() if c.cell_type == "code" else []
+        if len(lines) > MAX_CELL_LINES:
+            found.append(f"cell {i}: {len(lines)} lines (at most {MAX_CELL_LINES})")
+        if long := [n for n, line in enumerate(lines, 1) if len(line) > MAX_LINE_CHARS]:
+            found.append(f"cell {i}: line(s) {long} over {MAX_LINE_CHARS} characters")
     from lab_utils.tools.giveaways import given_away
 
     return found + given_away(nb)
