@@ -2,7 +2,9 @@
 
 import ast
 import inspect
+import io
 import pathlib
+import tokenize
 
 import lab_utils.calc as calc
 
@@ -32,7 +34,34 @@ def test_public_functions_name_source_and_lab():
             assert obj.__doc__, f"{name}: class needs a docstring"
 
 
+def logical_lines(path: pathlib.Path) -> int:
+    """What a module says, whatever the formatter's line breaks: statements (a call ruff splits over
+    eight lines is one), comment lines and the lines of multi-line strings (docstrings)."""
+    n = 0
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.NEWLINE or (
+            tok.type == tokenize.COMMENT and tok.line.strip().startswith("#")
+        ):
+            n += 1
+        elif tok.type == tokenize.STRING and tok.start[0] != tok.end[0]:
+            n += tok.end[0] - tok.start[0]
+    return n
+
+
+# 240 logical lines = the old budget of 300 physical lines: before ruff format, calc's largest
+# modules had 0.78-0.79 logical lines per physical line (comm.py 285 -> 221, moe_planner
+# 271 -> 215).
+MAX_LOGICAL_LINES = 240
+
+
 def test_modules_stay_short():
+    """Every calculator module within its budget, counted in logical lines. The index
+    (__init__.py) is exempt, but it may hold no code of its own."""
     for path in MODULES:
-        n = len(path.read_text().splitlines())
-        assert n < 300, f"{path.name} has {n} lines; split it"
+        if path.name == "__init__.py":
+            tree = ast.parse(path.read_text())
+            defs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+            assert not defs, f"calc/__init__.py is an index: move {defs} into a module"
+            continue
+        n = logical_lines(path)
+        assert n <= MAX_LOGICAL_LINES, f"{path.name} says {n} logical lines; split it"

@@ -16,8 +16,9 @@ to fix it. Python's own coercions are refused on purpose, because each one hides
 ``calc.__all__`` and accepts nothing but a ValueError naming the argument.
 
     values   one value: whole, number (pos_*, nonneg_*, fraction), boolean, choice, text,
-             instance, sequence, fields (a record's fields), zero_stage, flop_rate,
-             byte_count, byte_rate (unit plausibility), parse_number (a number box's text)
+             instance, sequence, fields (a record's fields), zero_stage, parse_number (a
+             number box's text)
+    units    unit plausibility: flop_rate, byte_count, byte_rate
     shapes   between values: at_most, divides, heads_and_tp, degrees_multiply,
              interleaved_shape, one_chunk, sequence_split, backward_split, megatron_run
 """
@@ -33,15 +34,13 @@ from lab_utils.calc._check.shapes import (
     one_chunk,
     sequence_split,
 )
+from lab_utils.calc._check.units import byte_count, byte_rate, flop_rate
 from lab_utils.calc._check.values import (
     MAX_MAGNITUDE,
     ZERO_STAGES,
     boolean,
-    byte_count,
-    byte_rate,
     choice,
     fields,
-    flop_rate,
     fraction,
     index,
     instance,
