@@ -22,8 +22,10 @@ import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # 30 runs as the issue asks cost 5-10 minutes of 2 busy cores (every spawned rank imports torch):
-# `make soak` and `LAB_TEARDOWN_RUNS=30 pytest tests/test_teardown.py` run them; the suite runs 6.
-RUNS = int(os.environ.get("LAB_TEARDOWN_RUNS", "6"))
+# `make soak` and `LAB_TEARDOWN_RUNS=30 pytest tests/test_teardown.py` run them. The suite runs 2
+# (6 took 92 s of a 10-minute budget): the regression guard is the deterministic spy test below,
+# which fails without the fix every time; these runs only smoke-test the harness.
+RUNS = int(os.environ.get("LAB_TEARDOWN_RUNS", "2"))
 START_TIMEOUT_S = 600.0  # a run's first rank to exit, on a very busy machine
 EXIT_GAP_S = 60.0  # how long the other rank may take to follow it
 
