@@ -2,11 +2,10 @@
 
 import ast
 import inspect
-import io
 import pathlib
-import tokenize
 
 import lab_utils.calc as calc
+from lab_utils.tools.size import MAX_LOGICAL_LINES, logical_lines
 
 CALC_DIR = pathlib.Path(calc.__file__).parent
 MODULES = sorted(CALC_DIR.rglob("*.py"))
@@ -32,26 +31,6 @@ def test_public_functions_name_source_and_lab():
             assert "lab" in doc.lower(), f"{name}: docstring must name the lab"
         if inspect.isclass(obj):
             assert obj.__doc__, f"{name}: class needs a docstring"
-
-
-def logical_lines(path: pathlib.Path) -> int:
-    """What a module says, whatever the formatter's line breaks: statements (a call ruff splits over
-    eight lines is one), comment lines and the lines of multi-line strings (docstrings)."""
-    n = 0
-    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-        if tok.type == tokenize.NEWLINE or (
-            tok.type == tokenize.COMMENT and tok.line.strip().startswith("#")
-        ):
-            n += 1
-        elif tok.type == tokenize.STRING and tok.start[0] != tok.end[0]:
-            n += tok.end[0] - tok.start[0]
-    return n
-
-
-# 240 logical lines = the old budget of 300 physical lines: before ruff format, calc's largest
-# modules had 0.78-0.79 logical lines per physical line (comm.py 285 -> 221, moe_planner
-# 271 -> 215).
-MAX_LOGICAL_LINES = 240
 
 
 def test_modules_stay_short():

@@ -28,3 +28,17 @@ def test_nothing_outside_the_runtime_imports_its_engine():
         and not a.source.startswith("lab_utils.runtime")
     ]
     assert leaks == []
+
+
+def test_the_runtime_stays_within_its_written_budget():
+    """runtime/__init__.py's budget, in logical lines (lab_utils.tools.size: the formatter's line
+    breaks do not count): the public floor at most 400, the engine at most 1,650."""
+    from pathlib import Path
+
+    from lab_utils.tools.size import logical_lines
+
+    root = Path(__file__).resolve().parents[1] / "lab_utils" / "runtime"
+    public = sum(logical_lines(p) for p in root.glob("*.py"))
+    engine = sum(logical_lines(p) for p in (root / "engine").glob("*.py"))
+    assert public <= 400, f"the runtime's public floor says {public} logical lines (budget 400)"
+    assert engine <= 1650, f"the runtime's engine says {engine} logical lines (budget 1,650)"

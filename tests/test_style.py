@@ -39,3 +39,12 @@ def test_the_notebook_check_rejects_long_cells_and_long_lines():
     found = problems(nb)
     assert "cell 0: 26 lines (at most 25)" in found
     assert "cell 1: line(s) [1] over 100 characters" in found
+
+
+def test_technique_files_stay_within_budget():
+    """parallel/: one technique per file, within the module budget (lab_utils.tools.size)."""
+    from lab_utils.tools.size import MAX_LOGICAL_LINES, logical_lines
+
+    for path in sorted((ROOT / "lab_utils" / "parallel").rglob("*.py")):
+        n = logical_lines(path)
+        assert n <= MAX_LOGICAL_LINES, f"{path.name} says {n} logical lines; split it"
