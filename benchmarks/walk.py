@@ -30,11 +30,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +45,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from lab_utils.tools.jupyter_server import start_lab  # noqa: E402
 from lab_utils.tools.nbaudit import CELL_CHECKS  # noqa: E402
 from lab_utils.tools.nbtools import LAB_SETTINGS  # noqa: E402
 
@@ -122,49 +121,13 @@ def start_jupyter(home: Path) -> tuple[subprocess.Popen, str]:
         folder, name = plugin.split(":")
         (home / "settings" / folder).mkdir(parents=True, exist_ok=True)
         (home / "settings" / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    token = uuid.uuid4().hex
-    env = dict(
-        os.environ,
-        LAB_QUICK="0",
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        LAB_PREDICTIONS=str(home / "predictions.json"),
-        LAB_CARDS_PROGRESS=str(home / "cards.json"),
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={home / 'labs'}",
-            "--LabApp.expose_app_in_browser=True",
-            *(["--allow-root"] if os.geteuid() == 0 else []),
-        ],
-        env=env,
-        stdout=open(home / "jupyter.log", "w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=_die_with_walk,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-            return proc, f"{base}|{token}"
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"JupyterLab did not start; see {home / 'jupyter.log'}")
+    env = {
+        "LAB_QUICK": "0",
+        "LAB_PREDICTIONS": str(home / "predictions.json"),
+        "LAB_CARDS_PROGRESS": str(home / "cards.json"),
+    }
+    proc, base, token = start_lab(home, home / "labs", env, _die_with_walk, timeout_s=120)
+    return proc, f"{base}|{token}"
 
 
 def commit_predictions(cell, expected: int) -> list[str]:

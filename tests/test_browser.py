@@ -15,10 +15,7 @@ lab_utils/viz/_base.py).
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -26,6 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from lab_utils.tools.jupyter_server import start_lab
 from lab_utils.tools.nbtools import LAB_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,12 +120,6 @@ def widget_cell(call: str) -> tuple[Path, int]:
     pytest.fail(f"no lab notebook has a cell calling {call}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory, die_with_pytest):
     """A JupyterLab server on a copy of labs/, with settings that keep the page deterministic."""
@@ -160,49 +152,12 @@ def jupyter(tmp_path_factory, die_with_pytest):
         folder, name = plugin.split(":")
         (home / "settings" / folder).mkdir(parents=True, exist_ok=True)
         (home / "settings" / folder / f"{name}.jupyterlab-settings").write_text(json.dumps(values))
-    port, token = free_port(), uuid.uuid4().hex
-    log = open(home / "jupyter.log", "w")
-    env = dict(
-        os.environ,
-        LAB_QUICK="1",
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter",
-            "lab",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={labs}",
-            "--LabApp.expose_app_in_browser=True",
-            "--ServerApp.port_retries=0",
-            *(["--allow-root"] if os.geteuid() == 0 else []),
-        ],  # CI containers run as root
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=die_with_pytest,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                tail = (home / "jupyter.log").read_text()[-3000:]
-                pytest.fail(f"JupyterLab did not start within 60 s; its log ends with:\n{tail}")
-            time.sleep(0.5)
+    try:
+        proc, base, token = start_lab(
+            home, labs, {"LAB_QUICK": "1"}, preexec_fn=die_with_pytest, timeout_s=60
+        )
+    except RuntimeError as e:
+        pytest.fail(str(e))
     yield base, token
     proc.terminate()
     try:
