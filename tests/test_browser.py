@@ -158,6 +158,8 @@ def jupyter(tmp_path_factory, die_with_pytest):
         )
     except RuntimeError as e:
         pytest.fail(str(e))
+    # the server as `make lab` configures it: kernel messages sent without Nagle's delay
+    assert "send without delay (TCP_NODELAY)" in (home / "jupyter.log").read_text()
     yield base, token
     proc.terminate()
     try:
@@ -304,6 +306,8 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
 
 
 LATENCY_FILE = ROOT / "build" / "browser_latency.json"  # read by benchmarks/bench_widgets.py
+# typed values per explorer: 2 x this (benchmarks/bench_widgets.py asks for more)
+LATENCY_PAIRS = int(os.environ.get("LAB_LATENCY_PAIRS", "5"))
 
 # For each explorer: a number box and two valid values that each change its figure's data
 LATENCY_INPUTS = {
@@ -432,7 +436,8 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
     """Typed for real: 2.5 into the bubble explorer's integer box m shows the widget's error (the
     figure keeps its last valid input); then valid values redraw every explorer. The time from the
     Enter key to the new plot data in the DOM is recorded in build/browser_latency.json (no assert
-    on wall-clock time here: benchmarks/bench_widgets.py reports it against the 50 ms goal). Every
+    on wall-clock time here: benchmarks/bench_widgets.py measures it on a quiet machine against the
+    goal, p95 <= 100 ms). Every
     redraw after the first must happen in place (LivePlot), the path that can meet that goal."""
     page, css = every_explorer_page, ".bubble-explorer"
     try:
@@ -452,7 +457,9 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
             explorer = page.locator(css).first
             wait_for_first_draw(page, explorer, css)
             box = explorer.locator(f".widget-text:has(label:text-is('{label}')) input")
-            runs = [typed_latency(page, explorer, css, box, v) for v in (first, second) * 5]
+            runs = [
+                typed_latency(page, explorer, css, box, v) for v in (first, second) * LATENCY_PAIRS
+            ]
             latencies[f"{css.strip('.')}, {label} typed (Enter -> DOM)"] = [ms for ms, _ in runs]
             in_place[css] = [same for _, same in runs]
             assert explorer.locator(".lab-widget-error").count() == 0, (

@@ -141,9 +141,13 @@ def outputs_text(output: Any) -> str:
     return join_text(data.get("text/plain", ""))
 
 
+SERVER_EXTENSIONS = {"lab_utils.tools.jupyter_nodelay": True}
+
+
 def install_lab_settings(prefix: str = sys.prefix) -> Path:
     """Merge LAB_SETTINGS into ``<prefix>/share/jupyter/lab/settings/overrides.json`` (the
-    defaults of every JupyterLab this environment starts; a learner's own settings still win)."""
+    defaults of every JupyterLab this environment starts; a learner's own settings still win), and
+    enable SERVER_EXTENSIONS in ``<prefix>/etc/jupyter/jupyter_server_config.d/``."""
     import json
 
     path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
@@ -152,6 +156,11 @@ def install_lab_settings(prefix: str = sys.prefix) -> Path:
         current.setdefault(plugin, {}).update(values)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(current, indent=2) + "\n")
+    # and the server extension that sends kernel messages without Nagle's delay
+    # (lab_utils/tools/jupyter_nodelay.py), for every `jupyter lab` this environment starts
+    server = Path(prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "lab_utils.json"
+    server.parent.mkdir(parents=True, exist_ok=True)
+    server.write_text(json.dumps({"ServerApp": {"jpserver_extensions": SERVER_EXTENSIONS}}) + "\n")
     return path
 
 

@@ -176,15 +176,18 @@ def figure_spec(st: PlannerState) -> Spec:
         barmode="stack",
         width=FIGURE_WIDTH,
         height=420,
-        margin=dict(l=60, r=20, t=60, b=110),
+        # fixed margins that fit the labels (automargin pushed the left one to 63 px at most):
+        # plotly's automargin measures every tick label on each redraw, 10 ms of a 24 ms
+        # Plotly.react in the page and up to 35 ms at the tail (issue 37's latency breakdown)
+        margin=dict(l=70, r=20, t=60, b=110),
         title=dict(
             text=f"{st.cfg.name} on {st.cluster.world} GPUs ({st.cluster.name}), "
             f"batch {st.global_batch} x {st.seq_len} tokens"
         ),
-        xaxis=dict(domain=[0, 0.46], anchor="y", tickangle=-40),
-        yaxis=dict(anchor="x", title=dict(text="memory per GPU (GB = 10^9 B)")),
-        xaxis2=dict(domain=[0.56, 1.0], anchor="y2", tickangle=-40),
-        yaxis2=dict(anchor="x2", title=dict(text="time per step (s)")),
+        xaxis=dict(domain=[0, 0.46], anchor="y", tickangle=-40, automargin=False),
+        yaxis=dict(anchor="x", title=dict(text="memory per GPU (GB = 10^9 B)"), automargin=False),
+        xaxis2=dict(domain=[0.56, 1.0], anchor="y2", tickangle=-40, automargin=False),
+        yaxis2=dict(anchor="x2", title=dict(text="time per step (s)"), automargin=False),
         legend=dict(LEGEND_BESIDE, font=dict(size=10)),
     )
     return {"data": data, "layout": layout}
