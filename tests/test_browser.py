@@ -158,8 +158,12 @@ def jupyter(tmp_path_factory, die_with_pytest):
         )
     except RuntimeError as e:
         pytest.fail(str(e))
-    # the server as `make lab` configures it: kernel messages sent without Nagle's delay
-    assert "send without delay (TCP_NODELAY)" in (home / "jupyter.log").read_text()
+    # the server as `make lab` configures it (the environment's jupyter_server_config.d, written
+    # by install_lab_settings): kernel messages sent without Nagle's delay
+    assert "send without delay (TCP_NODELAY)" in (home / "jupyter.log").read_text(), (
+        "the lab_utils server extension did not load: run "
+        "`python -m lab_utils.tools.nbtools lab-settings` (make does, when it builds the venv)"
+    )
     yield base, token
     proc.terminate()
     try:

@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from lab_utils.tools.nbtools import SERVER_EXTENSIONS
-
 
 def free_port() -> int:
     """A TCP port nobody listens on right now (127.0.0.1)."""
@@ -58,8 +56,6 @@ def start_lab(
             f"--ServerApp.root_dir={root_dir}",
             "--LabApp.expose_app_in_browser=True",
             "--ServerApp.port_retries=0",
-            # as install_lab_settings enables them for `make lab` (one server, measured as served)
-            f"--ServerApp.jpserver_extensions={SERVER_EXTENSIONS!r}",
             *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
         ],
         env=full_env,
