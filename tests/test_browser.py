@@ -309,7 +309,10 @@ def test_widget_renders_and_a_control_changes_the_plot(jupyter, browser, call, c
         page.close()
 
 
-LATENCY_FILE = ROOT / "build" / "browser_latency.json"  # read by benchmarks/bench_widgets.py
+# per explorer, every typed value's ms; and the table below, printed by benchmarks/bench_widgets.py
+LATENCY_FILE = ROOT / "build" / "browser_latency.json"
+LATENCY_TABLE = LATENCY_FILE.with_suffix(".txt")
+PAGE_GOAL_P95_MS = 100.0  # keydown to painted frame (issue 37): reported, never asserted
 # typed values per explorer: 2 x this (benchmarks/bench_widgets.py asks for more)
 LATENCY_PAIRS = int(os.environ.get("LAB_LATENCY_PAIRS", "5"))
 
@@ -414,25 +417,33 @@ def typed_latency(
 PARTS_SEEN: dict[str, list[dict]] = {}
 
 
-def latency_table(parts: dict[str, list[dict]]) -> str:
-    """Per explorer: median and p95 of keydown -> painted frame, and where the time went."""
+def latency_table(parts: dict[str, list[dict]], floor: list[float]) -> str:
+    """Per explorer: median and p95 of keydown -> painted frame against the goal, and where the
+    time went; then the round trip with nothing to draw (``floor``)."""
 
     def q(xs: list[float], p: float) -> float:
         xs = sorted(xs)
         return xs[min(len(xs) - 1, round(p * (len(xs) - 1)))]
 
     lines = [
+        f"keydown -> painted frame per explorer (browser), goal p95 <= {PAGE_GOAL_P95_MS:g} ms",
         f"{'explorer':<24} {'total med':>9} {'p95':>6} | {'arrival':>7} {'parse':>6} "
-        f"{'react':>6} {'frame':>6}  (ms, medians; n)"
+        f"{'react':>6} {'frame':>6}  (ms, medians; n)",
     ]
     for css, rows in parts.items():
         col = {k: [r[k] for r in rows] for k in ("total", "arrival", "parse", "react")}
         frame = [r["total"] - r["arrival"] - r["parse"] - r["react"] for r in rows]
+        p95 = q(col["total"], 0.95)
         lines.append(
-            f"{css.strip('.'):<24} {q(col['total'], 0.5):9.0f} {q(col['total'], 0.95):6.0f} | "
+            f"{css.strip('.'):<24} {q(col['total'], 0.5):9.0f} {p95:6.0f} | "
             f"{q(col['arrival'], 0.5):7.0f} {q(col['parse'], 0.5):6.1f} "
-            f"{q(col['react'], 0.5):6.1f} {q(frame, 0.5):6.0f}  n={len(rows)}"
+            f"{q(col['react'], 0.5):6.1f} {q(frame, 0.5):6.0f}  n={len(rows)}  "
+            f"{'ok' if p95 <= PAGE_GOAL_P95_MS else 'SLOW'}"
         )
+    lines.append(
+        f"round trip alone (a rejected value: the error box, no plot): median "
+        f"{q(floor, 0.5):.0f} ms, n={len(floor)}"
+    )
     return "\n".join(lines)
 
 
@@ -490,7 +501,9 @@ def test_bad_typed_value_is_named_and_input_to_dom_latency_is_recorded(every_exp
         (LATENCY_FILE.parent / "browser_latency_parts.json").write_text(json.dumps(PARTS_SEEN))
         for name, ms in latencies.items():
             print(f"{name}: {[round(x) for x in ms]} ms")
-        print(latency_table(PARTS_SEEN))
+        table = latency_table(PARTS_SEEN, floor)
+        LATENCY_TABLE.write_text(table + "\n")
+        print(table)
         assert all(all(flags) for flags in in_place.values()), (
             f"not redrawn in place: {in_place}; views (live, missing, error, events): "
             f"{page.evaluate(LIVE_VIEWS)}"
